@@ -1,0 +1,24 @@
+"""rpb-repro: reproduce every table and figure of "Router Prior Bias" (Lee et al., 2026).
+
+    snakemake --profile profiles/local    # toy scale, one machine, minutes
+    snakemake --profile profiles/slurm    # paper scale, H200 nodes through SLURM
+    snakemake results/provenance/table5.json --profile profiles/local   # one table's closure
+"""
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/provenance.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

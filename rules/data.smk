@@ -1,0 +1,74 @@
+# Raw sources -> scored, selected corpora with held-out probe pools (F.2, F.8).
+
+
+rule download_dataset:
+    output:
+        multiext("results/raw/{dataset}/{subset}", raw=".parquet", manifest=".manifest.json"),
+    wildcard_constraints:
+        dataset=datasets_sourced_from("hub"),
+    params:
+        repo=lambda w: config["datasets"][w.dataset]["hub"]["repo"],
+        revision=lambda w: config["datasets"][w.dataset]["hub"]["revision"],
+        split=lambda w: config["datasets"][w.dataset]["hub"]["split"],
+    log:
+        "logs/data/download/{dataset}/{subset}.log",
+    conda:
+        "../envs/data.yaml"
+    cache: "omit-software"
+    resources:
+        runtime=240,
+        mem_mb=64000,
+    shell:
+        "python -m workflow_scripts data download --repo {params.repo:q} --revision {params.revision:q}"
+        " --subset {wildcards.subset:q} --split {params.split:q}"
+        " --out {output.raw:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+
+
+rule generate_toy_dataset:
+    output:
+        raw="results/raw/{dataset}/{subset}.parquet",
+    wildcard_constraints:
+        dataset=datasets_sourced_from("toy"),
+    params:
+        format=lambda w: config["datasets"][w.dataset]["format"],
+        rows=lambda w: config["datasets"][w.dataset]["toy"]["rows"][w.subset],
+        seed=lambda w: config["datasets"][w.dataset]["toy"]["seed"],
+        bad_fraction=lambda w: config["datasets"][w.dataset]["toy"]["bad_fraction"],
+    log:
+        "logs/data/toy/{dataset}/{subset}.log",
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts data toy-raw --format {params.format} --subset {wildcards.subset:q}"
+        " --rows {params.rows} --seed {params.seed} --bad-fraction {params.bad_fraction}"
+        " --out {output.raw:q} > {log:q} 2>&1"
+
+
+rule build_corpus:
+    input:
+        raw=raw_file,
+    output:
+        multiext(
+            "results/data/{corpus}/",
+            train="train.parquet",
+            probe="probe.parquet",
+            report="report.json",
+            provenance="provenance.json",
+        ),
+    params:
+        format=lambda w: config["datasets"][config["corpora"][w.corpus]["dataset"]]["format"],
+        spec=corpus_spec,
+        scoring=json.dumps(config["scoring"], sort_keys=True),
+    log:
+        "logs/data/build/{corpus}.log",
+    conda:
+        "../envs/data.yaml"
+    cache: "omit-software"
+    resources:
+        runtime=120,
+        mem_mb=64000,
+    shell:
+        "python -m workflow_scripts data build --raw {input.raw:q} --format {params.format}"
+        " --corpus {wildcards.corpus} --spec {params.spec:q} --scoring {params.scoring:q}"
+        " --train {output.train:q} --probe {output.probe:q} --report {output.report:q}"
+        " --provenance {output.provenance:q} > {log:q} 2>&1"

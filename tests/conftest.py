@@ -1,0 +1,36 @@
+"""Shared fixtures: the shipped registry at both scales."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.yaml"
+
+
+def load_config(toy: bool) -> dict:
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    if toy:
+        update_config(config, yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text()))
+    return config
+
+
+@pytest.fixture(scope="session")
+def _paper_config() -> dict:
+    return load_config(toy=False)
+
+
+@pytest.fixture()
+def paper_config(_paper_config: dict) -> dict:
+    """A fresh, mutable copy of the paper-scale config."""
+    return copy.deepcopy(_paper_config)
+
+
+@pytest.fixture()
+def toy_config() -> dict:
+    return load_config(toy=True)

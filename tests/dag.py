@@ -1,0 +1,32 @@
+"""Dry-run helpers: the jobs Snakemake would run, as (rule, wildcards) pairs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The paper profile deploys per-rule conda environments; a dry run needs no
+# environment, and this machine has no conda, so tests override the method.
+PAPER = ["--profile", "profiles/slurm", "--sdm", "env-modules"]
+TOY = ["--profile", "profiles/local"]
+_JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.MULTILINE)
+
+
+def dry_run(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[tuple[str, dict[str, str]]]:
+    """Jobs of ``snakemake -n`` for ``targets`` (all when none) under ``profile``."""
+    command = [sys.executable, "-m", "snakemake", *targets, "--dry-run", *profile]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    jobs = []
+    for rule, body in _JOB.findall(done.stdout):
+        found = re.search(r"wildcards: (.*)", body)
+        pairs = found.group(1).split(", ") if found else []
+        jobs.append((rule, dict(pair.split("=", 1) for pair in pairs)))
+    return jobs
+
+
+def wildcard_values(jobs: list[tuple[str, dict[str, str]]], rule: str, key: str) -> list[str]:
+    return sorted(wildcards[key] for name, wildcards in jobs if name == rule)

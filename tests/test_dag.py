@@ -1,0 +1,85 @@
+"""The DAG derived from the registry: dry runs at paper and toy scale."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import load_config
+from tests.dag import PAPER, ROOT, TOY, dry_run, wildcard_values
+from workflow_scripts import registry
+
+
+@pytest.fixture(scope="module")
+def paper_all():
+    return dry_run(PAPER)
+
+
+def test_paper_scale_builds_every_data_target(paper_all):
+    assert wildcard_values(paper_all, "build_corpus", "corpus") == [
+        "coding20k",
+        "general",
+        "math20k",
+        "openr1math",
+    ]
+    downloads = sorted((w["dataset"], w["subset"]) for r, w in paper_all if r == "download_dataset")
+    assert downloads == [("glm51", "Math"), ("glm51", "main"), ("openr1", "default")]
+    assert not [r for r, _ in paper_all if r == "generate_toy_dataset"]
+    config = load_config(toy=False)
+    assert wildcard_values(paper_all, "provenance_manifest", "output") == sorted(registry.outputs(config))
+
+
+@pytest.mark.parametrize(
+    ("target", "corpora"),
+    [
+        ("table5", ["coding20k", "math20k"]),
+        ("table4", ["coding20k", "math20k", "openr1math"]),
+        ("table11", ["coding20k", "general", "math20k"]),
+        ("figure2", ["math20k"]),
+        ("table1", []),
+    ],
+)
+def test_single_table_pulls_only_its_corpora(target, corpora):
+    jobs = dry_run(PAPER, f"results/provenance/{target}.json")
+    assert wildcard_values(jobs, "build_corpus", "corpus") == corpora
+    assert wildcard_values(jobs, "provenance_manifest", "output") == [target]
+    expected_subsets = {
+        ("openr1", "default") if c == "openr1math" else ("glm51", "Math" if c == "math20k" else "main")
+        for c in corpora
+    }
+    assert {(w["dataset"], w["subset"]) for r, w in jobs if r == "download_dataset"} == expected_subsets
+
+
+def test_toy_scale_generates_instead_of_downloading():
+    jobs = dry_run(TOY)
+    generated = sorted((w["dataset"], w["subset"]) for r, w in jobs if r == "generate_toy_dataset")
+    assert generated == [("glm51", "Math"), ("glm51", "main"), ("openr1", "default")]
+    assert not [r for r, _ in jobs if r == "download_dataset"]
+
+
+def test_invalid_config_fails_before_any_job(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    cell = "{models: [moonlight], corpora: [math20k], conditions: [rbp], eval_seeds: [42]}"
+    bad.write_text(f"tables:\n  table5:\n    cells:\n      - {cell}\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--dry-run",
+            *TOY,
+            "--configfiles",
+            "profiles/local/toy.yaml",
+            str(bad),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert (
+        "config key tables.table5.cells[0].conditions: unknown condition 'rbp'" in done.stdout + done.stderr
+    )

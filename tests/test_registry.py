@@ -1,0 +1,218 @@
+"""The experiment registry: schema, cross-references, and table closures against the captions."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.conftest import SCHEMA
+from workflow_scripts import registry
+from workflow_scripts.registry import Evaluation, Probe, RegistryError, Training, closure, validate_config
+
+
+def test_shipped_configs_validate(paper_config, toy_config):
+    validate_config(paper_config, str(SCHEMA))
+    validate_config(toy_config, str(SCHEMA))
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ((), "sclae"),
+        (("conditions", "rpb"), "parms"),
+        (("training", "optimizer"), "beta_1"),
+        (("tables", "table5", "cells", 0), "probe_seed"),
+        (("models", "moonlight"), "topk"),
+    ],
+)
+def test_misspelt_key_fails_naming_it(paper_config, path, key):
+    node = paper_config
+    for part in path:
+        node = node[part]
+    node[key] = 1
+    with pytest.raises(
+        RegistryError, match=rf"config key {'.'.join(map(str, path)) or '.top level.'}.*{key}"
+    ):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_mistyped_value_names_key(paper_config):
+    # PyYAML reads "1.0e4" (no exponent sign) as a string: the schema must catch it.
+    paper_config["conditions"]["router_l2"]["params"]["lambda"] = yaml.safe_load("1.0e4")
+    with pytest.raises(RegistryError, match=r"config key conditions\.router_l2\.params\.lambda: '1.0e4'"):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_unknown_intervention_fails(paper_config):
+    paper_config["conditions"]["zloss"]["intervention"] = "zloss_v2"
+    with pytest.raises(RegistryError, match=r"conditions\.zloss\.intervention: 'zloss_v2' is not one of"):
+        validate_config(paper_config, str(SCHEMA))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["conditions"]["rpb"]["params"].pop("beta"), r"conditions\.rpb\.params: .* needs 'beta'"),
+        (lambda c: c["conditions"]["sft"].update(params={"beta": 1.0}), r"conditions\.sft\.params\.beta"),
+        (lambda c: c["conditions"]["kl_base"].pop("prior"), r"conditions\.kl_base: .* needs a 'prior'"),
+        (lambda c: c["conditions"]["lbl"].update(prior="base"), r"conditions\.lbl\.prior"),
+    ],
+)
+def test_intervention_parameters_checked(paper_config, edit, message):
+    edit(paper_config)
+    with pytest.raises(RegistryError, match=message):
+        validate_config(paper_config, str(SCHEMA))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [
+        ("conditions", "within_sotf", "condition"),
+        ("models", "moonlite", "model"),
+        ("corpora", "math2k", "corpus"),
+    ],
+)
+def test_table_naming_unknown_cell_fails(paper_config, field, value, kind):
+    paper_config["tables"]["table5"]["cells"][1][field] = [value]
+    with pytest.raises(
+        RegistryError, match=rf"tables\.table5\.cells\[1\]\.{field}: unknown {kind} '{value}'"
+    ):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_corpus_naming_unknown_dataset_fails(paper_config):
+    paper_config["corpora"]["math20k"]["dataset"] = "glm5"
+    with pytest.raises(RegistryError, match=r"corpora\.math20k\.dataset: unknown dataset 'glm5'"):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_toy_scale_requires_toy_sources(paper_config):
+    paper_config["scale"] = "toy"
+    with pytest.raises(RegistryError, match=r"datasets\.glm51: scale is toy"):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_training_on_probe_only_pool_fails(paper_config):
+    paper_config["tables"]["table2"]["cells"][0]["corpora"] = ["general"]
+    with pytest.raises(RegistryError, match=r"probe-only pool"):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def _objects(schema, path="schema"):
+    if isinstance(schema, dict):
+        if schema.get("type") == "object" and "properties" in schema:
+            yield path, schema
+        for key, value in schema.items():
+            yield from _objects(value, f"{path}.{key}")
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            yield from _objects(value, f"{path}[{index}]")
+
+
+def test_schema_closed_and_documented():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    objects = list(_objects(schema))
+    assert len(objects) > 20
+    for path, node in objects:
+        assert node.get("additionalProperties") is False, f"{path} allows unknown keys"
+        for name, prop in node["properties"].items():
+            assert "description" in prop or "$ref" in prop, f"{path}.{name} has no description"
+
+
+def test_registry_encodes_the_paper_grid(paper_config):
+    c = paper_config
+    assert {
+        m: (c["models"][m]["experts"], c["models"][m]["top_k"], c["models"][m]["moe_layers"])
+        for m in c["models"]
+    } == {
+        "moonlight": (64, 6, 26),
+        "deepseek_v2_lite": (64, 6, 26),
+        "qwen3_30b": (128, 8, 48),
+    }
+    assert len(c["benchmarks"]) == 12
+    assert sorted(b for b, v in c["benchmarks"].items() if not v["overall9"]) == ["gpqa", "mmlu", "mmlu_stem"]
+    families = {
+        f: sorted(b for b, v in c["benchmarks"].items() if v["family"] == f) for f in ("math", "code")
+    }
+    assert families == {
+        "math": ["gsm8k", "livebench_math", "math500"],
+        "code": ["humaneval", "livebench_coding", "mbpp"],
+    }
+    interventions = {
+        name: (v["intervention"], v.get("params"), v.get("prior")) for name, v in c["conditions"].items()
+    }
+    assert interventions["lbl"] == ("load_balancing", {"coefficient": 1e-3}, None)
+    assert interventions["lbl_weak"] == ("load_balancing", {"coefficient": 1e-4}, None)
+    assert {interventions[n][1]["beta"] for n in ("rpb_beta050", "rpb_beta075", "rpb")} == {0.5, 0.75, 1.0}
+    assert {interventions[n][1]["lambda"] for n in ("router_l2_1e2", "router_l2_1e3", "router_l2")} == {
+        1e2,
+        1e3,
+        1e4,
+    }
+    assert interventions["within_soft"] == ("rpb", {"beta": 1.0}, "shuffled_within")
+    assert interventions["within_hard"] == ("rpb_hard", None, "shuffled_within")
+    assert interventions["global_hard"] == ("rpb_hard", None, "shuffled_global")
+    assert sorted(c["tables"]) == sorted(f"table{i}" for i in range(1, 20))
+    assert sorted(c["figures"]) == ["figure1", "figure2", "figure3"]
+
+
+def test_table2_closure_is_its_caption(paper_config):
+    # "Moonlight ... mean +- sd across three training seeds": 2 corpora x 3 conditions x 3 seeds.
+    result = closure(paper_config, "table2")
+    expected = {
+        Training("moonlight", corpus, condition, seed)
+        for corpus in ("math20k", "coding20k")
+        for condition in ("sft", "lbl", "rpb")
+        for seed in (42, 43, 44)
+    }
+    assert result.trainings == expected
+    assert result.evaluations == {Evaluation(t.model, t.corpus, t.condition, t.seed) for t in expected}
+    assert result.probes == frozenset()
+    assert result.corpora == {"math20k", "coding20k"}
+
+
+def test_table5_probes_three_seeds_for_rpb_two_for_shuffles(paper_config):
+    result = closure(paper_config, "table5")
+    probed = {(p.corpus, p.condition): set() for p in result.probes}
+    for p in result.probes:
+        probed[(p.corpus, p.condition)].add(p.seed)
+    for corpus in ("math20k", "coding20k"):
+        assert probed[(corpus, "rpb")] == {42, 43, 44}
+        for control in ("within_soft", "within_hard", "global_hard"):
+            assert probed[(corpus, control)] == {42, 43}
+        assert probed[(corpus, "base")] == {None}
+    kinds = {(p.corpus, p.kind) for p in result.priors}
+    assert kinds == {
+        (c, k) for c in ("math20k", "coding20k") for k in ("base", "shuffled_within", "shuffled_global")
+    }
+    assert len(result.trainings) == 2 * 4 * 3
+
+
+def test_table19_coding_within_soft_falls_back_to_s43(paper_config):
+    result = closure(paper_config, "table19")
+    assert Training("deepseek_v2_lite", "coding20k", "within_soft", 43) in result.trainings
+    assert Training("deepseek_v2_lite", "coding20k", "within_soft", 42) not in result.trainings
+    assert Training("deepseek_v2_lite", "math20k", "within_soft", 42) in result.trainings
+
+
+def test_base_only_tables(paper_config):
+    table11 = closure(paper_config, "table11")
+    assert table11.trainings == frozenset() and table11.evaluations == frozenset()
+    assert table11.probes == {
+        Probe(m, c, "base", None)
+        for m in ("moonlight", "qwen3_30b")
+        for c in ("math20k", "coding20k", "general")
+    }
+    table13 = closure(paper_config, "table13")
+    assert table13.prior_validations == {("moonlight", "math20k"), ("moonlight", "coding20k")}
+    assert table13.trainings == frozenset()
+    table16 = closure(paper_config, "table16")
+    assert Evaluation("moonlight", None, "base", None) in table16.evaluations
+
+
+def test_every_output_has_a_closure(paper_config):
+    for output_id in registry.outputs(paper_config):
+        result = closure(paper_config, output_id)
+        assert result.corpora or output_id == "table1"
+    with pytest.raises(RegistryError, match="unknown table or figure 'table20'"):
+        closure(paper_config, "table20")

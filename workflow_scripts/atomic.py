@@ -1,0 +1,43 @@
+"""Atomic output writing: a file appears complete or not at all.
+
+Every output is written to a temporary sibling and moved into place with
+``os.replace``, so a job killed mid-write never leaves a truncated file that
+Snakemake (or a later stage) could mistake for a finished one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success move it onto ``path``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_json(path: str | os.PathLike[str], payload: Any) -> None:
+    """Write ``payload`` as indented, key-sorted JSON, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

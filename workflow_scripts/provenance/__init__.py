@@ -1,0 +1,133 @@
+"""Provenance records: what produced an output, so a reader can verify it.
+
+Each CLI command run with ``--provenance PATH`` writes one JSON record holding
+the code version (package version, git commit and dirty state), the exact
+arguments (including the config slice passed as JSON) and their hash, the
+checksums of every input and output, the versions of the scientific
+packages, the host, the SLURM job id and the wall time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import workflow_scripts
+
+TRACKED_PACKAGES = (
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "snakemake",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "huggingface_hub",
+    "networkx",
+    "igraph",
+    "leidenalg",
+    "scikit-learn",
+    "scipy",
+    "matplotlib",
+    "vllm",
+    "megatron-core",
+    "megatron-bridge",
+    "math-verify",
+)
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def path_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Checksum of a file, or of a directory as the hash of its sorted (name, file hash) list."""
+    target = Path(path)
+    if target.is_file():
+        return {"path": str(target), "sha256": file_sha256(target), "bytes": target.stat().st_size}
+    if target.is_dir():
+        files = sorted(p for p in target.rglob("*") if p.is_file())
+        digest = hashlib.sha256()
+        size = 0
+        for file in files:
+            digest.update(f"{file.relative_to(target).as_posix()}\0{file_sha256(file)}\n".encode())
+            size += file.stat().st_size
+        return {"path": str(target), "sha256": digest.hexdigest(), "bytes": size, "files": len(files)}
+    return {"path": str(target), "missing": True}
+
+
+def code_version(root: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """Package version plus git commit and dirty flag of the checkout at ``root`` (None outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {
+        "package_version": workflow_scripts.__version__,
+        "git_commit": commit,
+        "git_dirty": bool(status) if status is not None else None,
+    }
+
+
+def software_versions() -> dict[str, Any]:
+    """Python and tracked package versions (None for packages not installed)."""
+    packages: dict[str, str | None] = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            packages[name] = None
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "packages": packages}
+
+
+def arguments_hash(arguments: dict[str, Any]) -> str:
+    """Stable hash of the command's arguments (config slices included)."""
+    import json
+
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def build_record(
+    command: str,
+    arguments: dict[str, Any],
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+    started_utc: str,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """Assemble the provenance record of one finished command."""
+    return {
+        "command": command,
+        "arguments": arguments,
+        "arguments_sha256": arguments_hash(arguments),
+        "inputs": {name: path_digest(path) for name, path in inputs.items()},
+        "outputs": {name: path_digest(path) for name, path in outputs.items()},
+        "code": code_version(),
+        "software": software_versions(),
+        "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "started_utc": started_utc,
+        "wall_seconds": round(wall_seconds, 3),
+    }

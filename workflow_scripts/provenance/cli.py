@@ -1,0 +1,61 @@
+"""``provenance`` stage: the manifest that says what produced a table or figure."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.atomic import write_json
+from workflow_scripts.cli import add_command, json_argument
+from workflow_scripts.provenance import arguments_hash, code_version, path_digest, software_versions
+
+
+def upstream_records(inputs: list[str]) -> dict[str, Any]:
+    """Provenance records of the jobs that made ``inputs`` (a ``provenance.json`` beside each)."""
+    records: dict[str, Any] = {}
+    for path in inputs:
+        record = Path(path).parent / "provenance.json"
+        if record.is_file() and str(record) not in records:
+            records[str(record)] = json.loads(record.read_text())
+    return records
+
+
+def build_manifest(args: argparse.Namespace) -> dict[str, Any]:
+    inputs = sorted(args.inputs_list)
+    return {
+        "output": args.output_id,
+        "title": args.entry["title"],
+        "entry": args.entry,
+        "closure": args.closure,
+        "config_sha256": arguments_hash(args.config),
+        "inputs": {path: path_digest(path) for path in inputs},
+        "upstream": upstream_records(inputs),
+        "code": code_version(),
+        "software": software_versions(),
+    }
+
+
+def manifest(args: argparse.Namespace) -> None:
+    write_json(args.out, build_manifest(args))
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    stage = stages.add_parser("provenance", help="provenance manifests of tables and figures")
+    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = add_command(
+        commands,
+        "manifest",
+        manifest,
+        help="checksum every input of one table or figure and gather the records that produced them",
+        outputs=("out",),
+    )
+    parser.add_argument("--output-id", required=True, help="table or figure id, e.g. table5")
+    parser.add_argument("--entry", required=True, type=json_argument, help="its registry entry (JSON)")
+    parser.add_argument("--closure", required=True, type=json_argument, help="its closure (JSON)")
+    parser.add_argument(
+        "--config", required=True, type=json_argument, help="the whole validated config (JSON)"
+    )
+    parser.add_argument("--inputs", dest="inputs_list", nargs="*", default=[], help="input paths")
+    parser.add_argument("--out", required=True, help="manifest path (JSON)")

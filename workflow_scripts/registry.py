@@ -1,0 +1,270 @@
+"""The experiment registry: typed view of the validated config and table closures.
+
+``config.yaml`` is first checked against its JSON schema (shape, types, unknown
+keys); :func:`check_references` then checks what a schema cannot express
+(a table naming an unknown condition, a corpus naming an unknown dataset, an
+intervention missing its parameter), always naming the offending key.
+:func:`closure` expands a table or figure into every unit of work it needs,
+with derived dependencies (the base probe behind every NMI, the base prior and
+partition behind a shuffled prior), so the Snakefile can ask for exactly one
+table's inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Parameters each intervention needs, and whether it reads a prior tensor.
+INTERVENTION_PARAMS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "load_balancing": ("coefficient",),
+    "rpb": ("beta",),
+    "rpb_hard": (),
+    "router_l2": ("lambda",),
+    "kl_base": ("coefficient",),
+    "logit_l2": ("coefficient",),
+    "z_loss": ("coefficient",),
+}
+PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
+BASE = "base"
+
+
+class RegistryError(ValueError):
+    """A config entry that is well-formed but inconsistent; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Training:
+    model: str
+    corpus: str
+    condition: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluated checkpoint; ``condition == "base"`` (corpus and seed None) is the base model."""
+
+    model: str
+    corpus: str | None
+    condition: str
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A bias-free probe on a corpus' probe pool; ``condition == "base"`` (seed None) probes the base."""
+
+    model: str
+    corpus: str
+    condition: str
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A prior tensor: ``kind`` is base, shuffled_within or shuffled_global."""
+
+    model: str
+    corpus: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Closure:
+    """Everything one table or figure needs, dependencies included."""
+
+    corpora: frozenset[str]
+    priors: frozenset[Prior]
+    prior_validations: frozenset[tuple[str, str]]
+    trainings: frozenset[Training]
+    probes: frozenset[Probe]
+    evaluations: frozenset[Evaluation]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, sorted view (for manifests and tests)."""
+
+        def rows(items: Iterable[Any]) -> list[dict[str, Any]]:
+            dicts = [item.__dict__ for item in items]
+            return sorted(dicts, key=lambda d: tuple(str(v) for v in d.values()))
+
+        return {
+            "corpora": sorted(self.corpora),
+            "priors": rows(self.priors),
+            "prior_validations": [list(pair) for pair in sorted(self.prior_validations)],
+            "trainings": rows(self.trainings),
+            "probes": rows(self.probes),
+            "evaluations": rows(self.evaluations),
+        }
+
+
+def _known(kind: str, value: str, known: Mapping[str, Any], where: str) -> None:
+    if value not in known:
+        raise RegistryError(f"{where}: unknown {kind} {value!r} (known: {', '.join(sorted(known))})")
+
+
+def _check_conditions(config: Mapping[str, Any]) -> None:
+    for name, condition in config["conditions"].items():
+        where = f"conditions.{name}"
+        intervention = condition["intervention"]
+        params = condition.get("params", {})
+        needed = INTERVENTION_PARAMS[intervention]
+        for key in needed:
+            if key not in params:
+                raise RegistryError(f"{where}.params: intervention {intervention!r} needs {key!r}")
+        for key in params:
+            if key not in needed:
+                raise RegistryError(f"{where}.params.{key}: not a parameter of intervention {intervention!r}")
+        has_prior = "prior" in condition
+        if intervention in PRIOR_INTERVENTIONS and not has_prior:
+            raise RegistryError(f"{where}: intervention {intervention!r} needs a 'prior'")
+        if intervention not in PRIOR_INTERVENTIONS and has_prior:
+            raise RegistryError(f"{where}.prior: intervention {intervention!r} reads no prior")
+
+
+def _check_sources(config: Mapping[str, Any]) -> None:
+    toy = config["scale"] == "toy"
+    for name, corpus in config["corpora"].items():
+        where = f"corpora.{name}"
+        _known("dataset", corpus["dataset"], config["datasets"], f"{where}.dataset")
+        subsets = config["datasets"][corpus["dataset"]]["subsets"]
+        if corpus["subset"] not in subsets:
+            raise RegistryError(f"{where}.subset: {corpus['subset']!r} is not among {subsets}")
+    for name, dataset in config["datasets"].items():
+        if not toy:
+            continue
+        if "toy" not in dataset:
+            raise RegistryError(f"datasets.{name}: scale is toy but there is no 'toy' section")
+        missing = [s for s in dataset["subsets"] if s not in dataset["toy"]["rows"]]
+        if missing:
+            raise RegistryError(f"datasets.{name}.toy.rows: no row count for subsets {missing}")
+    for field in ("prompt", "answer"):
+        band = config["scoring"]["length"][field]
+        if not band["min_chars"] <= band["center_chars"] <= band["max_chars"]:
+            raise RegistryError(f"scoring.length.{field}: need min_chars <= center_chars <= max_chars")
+
+
+def _check_cells(config: Mapping[str, Any], section: str) -> None:
+    for name, entry in config[section].items():
+        for condition in entry.get("lists_conditions", []):
+            _known("condition", condition, config["conditions"], f"{section}.{name}.lists_conditions")
+        for index, cell in enumerate(entry["cells"]):
+            where = f"{section}.{name}.cells[{index}]"
+            for model in cell["models"]:
+                _known("model", model, config["models"], f"{where}.models")
+            for corpus in cell["corpora"]:
+                _known("corpus", corpus, config["corpora"], f"{where}.corpora")
+            conditions = cell.get("conditions", [])
+            for condition in conditions:
+                _known("condition", condition, config["conditions"], f"{where}.conditions")
+            seeds = cell.get("eval_seeds", []) + cell.get("probe_seeds", [])
+            if conditions and not seeds:
+                raise RegistryError(f"{where}: conditions given but neither eval_seeds nor probe_seeds")
+            if seeds and not conditions:
+                raise RegistryError(f"{where}: seeds given but no conditions")
+            flags = ("base_eval", "base_probe", "prior", "shuffled_prior")
+            if not conditions and not any(cell.get(flag) for flag in flags):
+                raise RegistryError(f"{where}: requests nothing (no conditions and no {'/'.join(flags)})")
+            if conditions:
+                for corpus in cell["corpora"]:
+                    if config["corpora"][corpus]["train_rows"] == 0:
+                        raise RegistryError(
+                            f"{where}.corpora: {corpus!r} is a probe-only pool (train_rows 0)"
+                        )
+
+
+def check_references(config: Mapping[str, Any]) -> None:
+    """Check cross-references of a schema-valid config; raise RegistryError naming the key."""
+    _check_conditions(config)
+    _check_sources(config)
+    _check_cells(config, "tables")
+    _check_cells(config, "figures")
+
+
+def outputs(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """All tables and figures by id."""
+    return {**config["tables"], **config["figures"]}
+
+
+def closure(config: Mapping[str, Any], output_id: str) -> Closure:
+    """Every unit of work table/figure ``output_id`` needs, derived dependencies included."""
+    entries = outputs(config)
+    if output_id not in entries:
+        raise RegistryError(f"unknown table or figure {output_id!r} (known: {', '.join(sorted(entries))})")
+    trainings: set[Training] = set()
+    probes: set[Probe] = set()
+    evaluations: set[Evaluation] = set()
+    priors: set[Prior] = set()
+    validations: set[tuple[str, str]] = set()
+    for cell in entries[output_id]["cells"]:
+        for model in cell["models"]:
+            if cell.get("base_eval"):
+                evaluations.add(Evaluation(model, None, BASE, None))
+            for corpus in cell["corpora"]:
+                if cell.get("base_probe"):
+                    probes.add(Probe(model, corpus, BASE, None))
+                if cell.get("prior"):
+                    priors.add(Prior(model, corpus, BASE))
+                if cell.get("shuffled_prior"):
+                    validations.add((model, corpus))
+                for condition in cell.get("conditions", []):
+                    for seed in cell.get("eval_seeds", []):
+                        evaluations.add(Evaluation(model, corpus, condition, seed))
+                        trainings.add(Training(model, corpus, condition, seed))
+                    for seed in cell.get("probe_seeds", []):
+                        probes.add(Probe(model, corpus, condition, seed))
+                        trainings.add(Training(model, corpus, condition, seed))
+    # Derived: every trained probe is compared with the base partition.
+    probes |= {Probe(p.model, p.corpus, BASE, None) for p in list(probes)}
+    # Derived: a training reads the prior its condition names.
+    for training in trainings:
+        kind = config["conditions"][training.condition].get("prior")
+        if kind is not None:
+            priors.add(Prior(training.model, training.corpus, kind))
+    # Derived: shuffled priors are built from the base prior and the base partition.
+    for model, corpus in validations:
+        priors |= {Prior(model, corpus, kind) for kind in ("shuffled_within", "shuffled_global")}
+    for prior in list(priors):
+        if prior.kind != BASE:
+            priors.add(Prior(prior.model, prior.corpus, BASE))
+            probes.add(Probe(prior.model, prior.corpus, BASE, None))
+    corpora = (
+        {t.corpus for t in trainings}
+        | {p.corpus for p in probes}
+        | {p.corpus for p in priors}
+        | {e.corpus for e in evaluations if e.corpus is not None}
+    )
+    return Closure(
+        corpora=frozenset(corpora),
+        priors=frozenset(priors),
+        prior_validations=frozenset(validations),
+        trainings=frozenset(trainings),
+        probes=frozenset(probes),
+        evaluations=frozenset(evaluations),
+    )
+
+
+def validate_config(config: dict[str, Any], schema: str) -> None:
+    """Validate ``config`` against the JSON schema, then its references; one-line errors naming the key.
+
+    Uses ``snakemake.utils.validate`` (which also fills schema defaults) and
+    rewrites its multi-page jsonschema report into ``config key a.b.c: reason``.
+    """
+    import jsonschema
+    from snakemake.utils import validate
+
+    try:
+        validate(config, schema)
+    except Exception as error:  # snakemake wraps the jsonschema error in a WorkflowError
+        cause = error.__context__
+        if not isinstance(cause, jsonschema.ValidationError):
+            raise
+        best = jsonschema.exceptions.best_match([cause])
+        path = ".".join(str(part) for part in best.absolute_path) or "(top level)"
+        raise RegistryError(f"config key {path}: {best.message}") from None
+    try:
+        check_references(config)
+    except RegistryError as error:
+        raise RegistryError(f"config key {error}") from None
