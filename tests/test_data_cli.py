@@ -1,0 +1,210 @@
+"""The data commands end to end: toy sources, build, determinism, malformed input, download manifest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from workflow_scripts.data import toy
+from workflow_scripts.data.cli import run_download
+from workflow_scripts.data.scoring import PENALTIES, ScoringConfig, score_frame
+from workflow_scripts.data.sources import read_source
+
+ROOT = Path(__file__).resolve().parents[1]
+SCORING = yaml.safe_load((ROOT / "config.yaml").read_text())["scoring"]
+MATH_SPEC = {
+    "domain": "math",
+    "filter": "none",
+    "train_rows": 150,
+    "probe_tokens": 2000,
+    "chars_per_token": 3.5,
+    "probe_seed": 1,
+}
+CODE_SPEC = {**MATH_SPEC, "domain": "code", "filter": "fenced_code", "train_rows": 60}
+COLUMNS = ["row_id", "source_id", "prompt", "answer", "score"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_scripts", "data", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+def toy_raw(path: Path, fmt: str, subset: str, rows: int = 300, seed: int = 0) -> Path:
+    done = cli(
+        "toy-raw",
+        "--format",
+        fmt,
+        "--subset",
+        subset,
+        "--rows",
+        str(rows),
+        "--seed",
+        str(seed),
+        "--bad-fraction",
+        "0.1",
+        "--out",
+        str(path),
+    )
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def build(
+    raw: Path, out: Path, fmt: str, spec: dict, corpus: str = "toycorpus"
+) -> subprocess.CompletedProcess:
+    return cli(
+        "build",
+        "--raw",
+        str(raw),
+        "--format",
+        fmt,
+        "--corpus",
+        corpus,
+        "--spec",
+        json.dumps(spec),
+        "--scoring",
+        json.dumps(SCORING),
+        "--train",
+        str(out / "train.parquet"),
+        "--probe",
+        str(out / "probe.parquet"),
+        "--report",
+        str(out / "report.json"),
+    )
+
+
+@pytest.mark.parametrize(("fmt", "subset"), sorted(toy.SUBSETS))
+def test_toy_yields_every_penalty_kind(fmt: str, subset: str, tmp_path: Path) -> None:
+    table = toy.generate(fmt, subset, rows=200, seed=3, bad_fraction=0.2)
+    assert table.equals(toy.generate(fmt, subset, rows=200, seed=3, bad_fraction=0.2))
+    assert not table.equals(toy.generate(fmt, subset, rows=200, seed=4, bad_fraction=0.2))
+    pq.write_table(table, tmp_path / "raw.parquet")
+    scored = score_frame(read_source(tmp_path / "raw.parquet", fmt), "math", ScoringConfig.from_dict(SCORING))
+    for name in PENALTIES:
+        assert scored[f"p_{name}"].any(), name
+    assert (scored["c_length_answer"] < 0).any() and (scored["c_length_prompt"] < 0).any()
+
+
+def test_toy_main_mixes_domains() -> None:
+    domains = toy.generate("glm_sharegpt", "main", rows=300, seed=0, bad_fraction=0.0)["domain"].to_pylist()
+    assert {"code", "general", "math"} == set(domains)
+
+
+def test_build_drops_penalised_rows_and_is_byte_identical(tmp_path: Path) -> None:
+    raw = toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math")
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        done = build(raw, out, "glm_sharegpt", MATH_SPEC)
+        assert done.returncode == 0, done.stderr
+    for name in ("train.parquet", "probe.parquet", "report.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+    train, probe = pd.read_parquet(first / "train.parquet"), pd.read_parquet(first / "probe.parquet")
+    assert list(train.columns[:5]) == COLUMNS and all(c.startswith("c_") for c in train.columns[5:])
+    assert list(probe.columns) == list(train.columns)
+    assert len(train) == 150 and train["row_id"].is_monotonic_increasing
+    assert set(train["row_id"]).isdisjoint(probe["row_id"])
+    scored = score_frame(read_source(raw, "glm_sharegpt"), "math", ScoringConfig.from_dict(SCORING))
+    penalised = set(scored.loc[scored["n_penalties"] > 0, "row_id"])
+    assert penalised and penalised.isdisjoint(train["row_id"]) and penalised.isdisjoint(probe["row_id"])
+    assert not train["answer"].str.contains("<think>|</think>").any()
+    report = json.loads((first / "report.json").read_text())
+    assert report["rows_in"] == 300 and report["rows_train"] == 150 and report["rows_probe"] == len(probe)
+    assert all(report["penalty_counts"][name] > 0 for name in PENALTIES)
+    kept_cut = train["score"].min()
+    dropped = scored[~scored["row_id"].isin(train["row_id"]) & (scored["n_penalties"] == 0)]
+    assert (dropped["score"] <= kept_cut).all()
+
+
+def test_build_coding_corpus_from_openr1_and_main(tmp_path: Path) -> None:
+    raw = toy_raw(tmp_path / "main.parquet", "glm_sharegpt", "main", rows=400)
+    assert build(raw, tmp_path / "code", "glm_sharegpt", CODE_SPEC).returncode == 0
+    train = pd.read_parquet(tmp_path / "code" / "train.parquet")
+    assert train["answer"].str.contains("```").all() and (train["c_code_fences"] > 0).all()
+    assert (train["c_latex"] == 0).all()
+    raw = toy_raw(tmp_path / "default.parquet", "openr1", "default", rows=300)
+    done = build(raw, tmp_path / "r1", "openr1", {**MATH_SPEC, "train_rows": None})
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "r1" / "report.json").read_text())
+    assert report["rows_train"] + report["rows_probe"] == report["rows_eligible"]
+    general = {**MATH_SPEC, "domain": "general", "filter": "no_fenced_code", "train_rows": 0}
+    done = build(tmp_path / "main.parquet", tmp_path / "general", "glm_sharegpt", general)
+    assert done.returncode == 0, done.stderr
+    empty_train = pd.read_parquet(tmp_path / "general" / "train.parquet")
+    probe = pd.read_parquet(tmp_path / "general" / "probe.parquet")
+    assert len(empty_train) == 0 and list(empty_train.columns) == list(probe.columns) and len(probe) > 0
+    assert not probe["answer"].str.contains("```").any()
+
+
+def test_malformed_inputs_exit_2_naming_file_and_column(tmp_path: Path) -> None:
+    good = toy.generate("glm_sharegpt", "Math", rows=20, seed=0, bad_fraction=0.0)
+    cases = {
+        "missing.parquet": (good.drop_columns(["conversations"]), "'conversations'"),
+        "nonstring.parquet": (good.set_column(0, "id", pa.array([1.5] * 20)), "'id'"),
+        "wronglist.parquet": (
+            good.set_column(1, "conversations", pa.array([["a"]] * 20, pa.list_(pa.string()))),
+            "'conversations'",
+        ),
+    }
+    for name, (table, column) in cases.items():
+        pq.write_table(table, tmp_path / name)
+        done = build(tmp_path / name, tmp_path / "out", "glm_sharegpt", MATH_SPEC)
+        assert done.returncode == 2, done.stderr
+        assert name in done.stderr and column in done.stderr and "Traceback" not in done.stderr
+    (tmp_path / "garbage.parquet").write_bytes(b"\x00garbage" * 100)
+    done = build(tmp_path / "garbage.parquet", tmp_path / "out", "glm_sharegpt", MATH_SPEC)
+    assert done.returncode == 2 and "garbage.parquet" in done.stderr and len(done.stderr.splitlines()) == 1
+    done = build(tmp_path / "missing.parquet", tmp_path / "out", "glm_sharegpt", {**MATH_SPEC, "rows": 1})
+    assert done.returncode == 2 and "unknown key 'rows'" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {}
+
+    class FakeDataset:
+        num_rows = 3
+
+        def to_parquet(self, path: str) -> None:
+            pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+
+    def load_dataset(repo, subset, split, revision):
+        calls["load"] = (repo, subset, split, revision)
+        return FakeDataset()
+
+    class FakeApi:
+        def dataset_info(self, repo, revision):
+            calls["info"] = (repo, revision)
+            return types.SimpleNamespace(sha="abc123" * 6 + "abcd")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(HfApi=FakeApi))
+    out, manifest = tmp_path / "raw" / "Math.parquet", tmp_path / "raw" / "Math.manifest.json"
+    args = types.SimpleNamespace(
+        repo="org/data", revision="main", subset="Math", split="train", out=str(out), manifest=str(manifest)
+    )
+    run_download(args)
+    record = json.loads(manifest.read_text())
+    assert calls == {"load": ("org/data", "Math", "train", "main"), "info": ("org/data", "main")}
+    assert record["revision_requested"] == "main" and record["revision_resolved"] == "abc123" * 6 + "abcd"
+    assert record["rows"] == 3 and record["repo"] == "org/data" and len(record["parquet_sha256"]) == 64
+    assert pq.read_table(out).num_rows == 3
+
+
+def test_download_without_datasets_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import raises ImportError
+    from workflow_scripts.cli import UserInputError
+
+    args = types.SimpleNamespace(repo="r/d", revision="x", subset="s", split="train", out="o", manifest="m")
+    with pytest.raises(UserInputError, match="datasets"):
+        run_download(args)

@@ -1,0 +1,148 @@
+"""``python -m workflow_scripts data <command>``: raw sources in, corpus splits out.
+
+    python -m workflow_scripts data toy-raw --format glm_sharegpt --subset Math --rows 400 \\
+        --seed 0 --bad-fraction 0.1 --out results/raw/glm51/Math.parquet
+    python -m workflow_scripts data download --repo Jackrong/GLM-5.1-Reasoning-1M-Cleaned \\
+        --revision <sha> --subset Math --split train --out results/raw/glm51/Math.parquet \\
+        --manifest results/raw/glm51/Math.manifest.json
+    python -m workflow_scripts data build --raw results/raw/glm51/Math.parquet --format glm_sharegpt \\
+        --corpus math20k --spec '{"domain": "math", ...}' --scoring '{...}' \\
+        --train results/data/math20k/train.parquet --probe results/data/math20k/probe.parquet \\
+        --report results/data/math20k/report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workflow_scripts.atomic import atomic_path, write_json
+from workflow_scripts.cli import UserInputError, add_command, json_argument
+
+FORMAT_CHOICES = ("glm_sharegpt", "openr1")
+
+
+def write_parquet(table, path: str | Path) -> None:
+    """Write ``table`` atomically with fixed settings and no schema metadata, so reruns are byte-identical."""
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        pq.write_table(
+            table.replace_schema_metadata(None),
+            tmp,
+            compression="zstd",
+            compression_level=3,
+            use_dictionary=False,
+            write_statistics=True,
+            row_group_size=64 * 1024,
+        )
+
+
+def run_toy_raw(args: argparse.Namespace) -> None:
+    from workflow_scripts.data.toy import generate
+
+    write_parquet(generate(args.format, args.subset, args.rows, args.seed, args.bad_fraction), args.out)
+
+
+def run_download(args: argparse.Namespace) -> None:
+    try:
+        import datasets
+        import huggingface_hub
+    except ImportError as error:
+        raise UserInputError(
+            f"data download needs the 'datasets' and 'huggingface_hub' packages ({error}); "
+            "install them from envs/ or use 'data toy-raw' at toy scale"
+        ) from error
+    from workflow_scripts.provenance import file_sha256
+
+    sha = huggingface_hub.HfApi().dataset_info(args.repo, revision=args.revision).sha
+    dataset = datasets.load_dataset(args.repo, args.subset, split=args.split, revision=args.revision)
+    with atomic_path(args.out) as tmp:
+        dataset.to_parquet(str(tmp))
+    write_json(
+        args.manifest,
+        {
+            "repo": args.repo,
+            "subset": args.subset,
+            "split": args.split,
+            "revision_requested": args.revision,
+            "revision_resolved": sha,
+            "rows": int(dataset.num_rows),
+            "parquet": str(args.out),
+            "parquet_sha256": file_sha256(Path(args.out)),
+        },
+    )
+
+
+def run_build(args: argparse.Namespace) -> None:
+    import pyarrow as pa
+
+    from workflow_scripts.data.report import build_report
+    from workflow_scripts.data.scoring import ScoringConfig, score_frame
+    from workflow_scripts.data.selection import CorpusSpec, select
+    from workflow_scripts.data.sources import read_source
+
+    if not isinstance(args.spec, dict) or not isinstance(args.scoring, dict):
+        raise UserInputError("--spec and --scoring must be JSON objects")
+    spec = CorpusSpec.from_dict(args.spec, args.corpus)
+    config = ScoringConfig.from_dict(args.scoring)
+    scored = score_frame(read_source(args.raw, args.format), spec.domain, config)
+    selection = select(scored, spec, args.corpus)
+    columns = ["row_id", "source_id", "prompt", "answer", "score", *[c for c in scored if c.startswith("c_")]]
+    for path, mask in ((args.train, selection.train), (args.probe, selection.probe)):
+        # Masks keep the frame's order, which is source (row_id) order.
+        write_parquet(pa.Table.from_pandas(scored.loc[mask, columns], preserve_index=False), path)
+    write_json(args.report, build_report(scored, selection, args.corpus))
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    """Add the ``data`` stage and its commands."""
+    stage = stages.add_parser("data", help="raw sources, corpus scoring and selection (Appendix F.2)")
+    commands = stage.add_subparsers(dest="command", required=True)
+
+    toy = add_command(
+        commands, "toy-raw", run_toy_raw, "write a toy raw source in a real source schema", outputs=("out",)
+    )
+    toy.add_argument("--format", required=True, choices=FORMAT_CHOICES, help="source schema")
+    toy.add_argument(
+        "--subset", required=True, help="source subset (glm_sharegpt: main, Math; openr1: default)"
+    )
+    toy.add_argument("--rows", type=int, required=True, help="number of rows")
+    toy.add_argument("--seed", type=int, default=0, help="generator seed")
+    toy.add_argument("--bad-fraction", type=float, default=0.1, help="share of damaged rows, 0..1")
+    toy.add_argument("--out", required=True, help="output parquet")
+
+    download = add_command(
+        commands,
+        "download",
+        run_download,
+        "download one subset/split of a hub dataset at a pinned revision to parquet",
+        outputs=("out", "manifest"),
+    )
+    download.add_argument(
+        "--repo", required=True, help="hub dataset id, e.g. Jackrong/GLM-5.1-Reasoning-1M-Cleaned"
+    )
+    download.add_argument("--revision", required=True, help="git revision (commit sha, tag or branch) to pin")
+    download.add_argument("--subset", required=True, help="dataset config name, e.g. Math")
+    download.add_argument("--split", default="train", help="split name")
+    download.add_argument("--out", required=True, help="output parquet")
+    download.add_argument("--manifest", required=True, help="output JSON: repo, revisions, rows, sha256")
+
+    build = add_command(
+        commands,
+        "build",
+        run_build,
+        "score a raw source and write a corpus's train split, probe pool and report",
+        inputs=("raw",),
+        outputs=("train", "probe", "report"),
+    )
+    build.add_argument("--raw", required=True, help="raw source parquet")
+    build.add_argument("--format", required=True, choices=FORMAT_CHOICES, help="source schema")
+    build.add_argument(
+        "--corpus", required=True, help="corpus id, e.g. math20k (used in messages and the report)"
+    )
+    build.add_argument("--spec", required=True, type=json_argument, help="corpus spec as JSON")
+    build.add_argument("--scoring", required=True, type=json_argument, help="the scoring block as JSON")
+    build.add_argument("--train", required=True, help="output parquet: training rows, in row_id order")
+    build.add_argument("--probe", required=True, help="output parquet: probe pool rows, in row_id order")
+    build.add_argument("--report", required=True, help="output JSON: counts, penalties, score distribution")
