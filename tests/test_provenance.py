@@ -39,11 +39,17 @@ def test_code_version_outside_git(tmp_path):
 
 
 def test_manifest_command_gathers_inputs_and_upstream_records(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "Math.parquet").write_bytes(b"raw rows")
+    hub = {"revision_resolved": "0" * 40}
+    (raw / "Math.manifest.json").write_text(json.dumps(hub))
     data = tmp_path / "data"
     data.mkdir()
     train = data / "train.parquet"
     train.write_bytes(b"rows")
-    (data / "provenance.json").write_text(json.dumps({"command": "data build"}))
+    build = {"command": "data build", "inputs": {"raw": {"path": str(raw / "Math.parquet")}}}
+    (data / "provenance.json").write_text(json.dumps(build))
     out = tmp_path / "manifest.json"
     record = tmp_path / "record.json"
     command = [
@@ -56,7 +62,10 @@ def test_manifest_command_gathers_inputs_and_upstream_records(tmp_path):
     manifest = json.loads(out.read_text())
     assert manifest["output"] == "table2" and manifest["title"] == "T2"
     assert manifest["inputs"][str(train)]["sha256"] == hashlib.sha256(b"rows").hexdigest()
-    assert manifest["upstream"] == {str(data / "provenance.json"): {"command": "data build"}}
+    assert manifest["upstream"] == {
+        str(data / "provenance.json"): build,
+        str(raw / "Math.manifest.json"): hub,
+    }
     assert manifest["code"]["git_commit"]  # the tests run inside the checkout
     written = json.loads(record.read_text())
     assert written["command"] == "provenance manifest"

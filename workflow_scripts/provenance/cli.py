@@ -13,12 +13,26 @@ from workflow_scripts.provenance import arguments_hash, code_version, path_diges
 
 
 def upstream_records(inputs: list[str]) -> dict[str, Any]:
-    """Provenance records of the jobs that made ``inputs`` (a ``provenance.json`` beside each)."""
+    """Records of every job upstream of ``inputs``, followed transitively.
+
+    A job's record sits beside its outputs (``provenance.json``); a downloaded
+    raw file has a ``.manifest.json`` with the hub commit it resolved. Each
+    record's own inputs are followed in turn, so a table's manifest reaches
+    back to the hub revision its rows came from.
+    """
     records: dict[str, Any] = {}
-    for path in inputs:
-        record = Path(path).parent / "provenance.json"
-        if record.is_file() and str(record) not in records:
-            records[str(record)] = json.loads(record.read_text())
+    pending = [Path(path) for path in inputs]
+    while pending:
+        path = pending.pop()
+        for candidate in (path.parent / "provenance.json", path.with_suffix(".manifest.json")):
+            if str(candidate) in records or not candidate.is_file():
+                continue
+            record = json.loads(candidate.read_text())
+            records[str(candidate)] = record
+            upstream = record.get("inputs", {}).values()
+            pending.extend(
+                Path(digest["path"]) for digest in upstream if isinstance(digest, dict) and "path" in digest
+            )
     return records
 
 
