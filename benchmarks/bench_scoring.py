@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workflow_scripts.data import scoring, toy  # noqa: E402
 from workflow_scripts.data.completions import final_completion  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "workflow_scripts" / "data" / "scoring.yaml.example"
+CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 
 
 def naive_band(length: int, band: scoring.Band, slope: float) -> float:
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best is reported)")
     args = parser.parse_args()
 
-    config = scoring.ScoringConfig.from_dict(yaml.safe_load(EXAMPLE.read_text())["scoring"])
+    config = scoring.ScoringConfig.from_dict(yaml.safe_load(CONFIG.read_text())["scoring"])
     table = toy.generate("glm_sharegpt", "main", rows=args.rows, seed=0, bad_fraction=0.1)
     prompts = table["input"]
     answers = final_completion(table["output"], config.reasoning_channel.close_tag)
