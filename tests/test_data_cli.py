@@ -195,7 +195,8 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     )
     run_download(args)
     record = json.loads(manifest.read_text())
-    assert calls == {"load": ("org/data", "Math", "train", "main"), "info": ("org/data", "main")}
+    sha = "abc123" * 6 + "abcd"
+    assert calls == {"load": ("org/data", "Math", "train", sha), "info": ("org/data", "main")}
     assert record["revision_requested"] == "main" and record["revision_resolved"] == "abc123" * 6 + "abcd"
     assert record["rows"] == 3 and record["repo"] == "org/data" and len(record["parquet_sha256"]) == 64
     assert pq.read_table(out).num_rows == 3

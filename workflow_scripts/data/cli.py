@@ -55,8 +55,9 @@ def run_download(args: argparse.Namespace) -> None:
         ) from error
     from workflow_scripts.provenance import file_sha256
 
+    # Resolve the requested ref once and load that commit, so rows and manifest cannot disagree.
     sha = huggingface_hub.HfApi().dataset_info(args.repo, revision=args.revision).sha
-    dataset = datasets.load_dataset(args.repo, args.subset, split=args.split, revision=args.revision)
+    dataset = datasets.load_dataset(args.repo, args.subset, split=args.split, revision=sha)
     with atomic_path(args.out) as tmp:
         dataset.to_parquet(str(tmp))
     write_json(
