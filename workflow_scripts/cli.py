@@ -20,7 +20,12 @@ from typing import Any
 
 from workflow_scripts.atomic import write_json
 
-STAGE_MODULES = ("workflow_scripts.data.cli", "workflow_scripts.provenance.cli")
+STAGE_MODULES = (
+    "workflow_scripts.data.cli",
+    "workflow_scripts.models.cli",
+    "workflow_scripts.train.cli",
+    "workflow_scripts.provenance.cli",
+)
 
 
 class UserInputError(Exception):

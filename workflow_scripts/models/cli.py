@@ -1,0 +1,149 @@
+"""``python -m workflow_scripts models <command>``: base checkpoints at both scales.
+
+    python -m workflow_scripts models download --repo moonshotai/Moonlight-16B-A3B --revision main \\
+        --out results/models/moonlight/base --manifest results/models/moonlight/manifest.json
+    python -m workflow_scripts models toy-base --architecture deepseek_v3 --spec '{...}' \\
+        --pretrain '{...}' --out results/models/moonlight/base \\
+        --report results/models/moonlight/routing_report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from workflow_scripts.atomic import write_json
+from workflow_scripts.cli import UserInputError, add_command, json_argument
+
+
+def run_download(args: argparse.Namespace) -> None:
+    """Materialise a hub checkpoint at the commit its ref resolves to, and record that commit."""
+    try:
+        import huggingface_hub
+    except ImportError as error:
+        raise UserInputError(
+            f"models download needs 'huggingface_hub' ({error}); install envs/data.yaml"
+        ) from error
+    from workflow_scripts.provenance import path_digest
+
+    sha = huggingface_hub.HfApi().model_info(args.repo, revision=args.revision).sha
+    target = Path(args.out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        huggingface_hub.snapshot_download(args.repo, revision=sha, local_dir=tmp)
+        shutil.rmtree(tmp / ".cache", ignore_errors=True)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    digest = path_digest(target)
+    write_json(
+        args.manifest,
+        {
+            "repo": args.repo,
+            "revision_requested": args.revision,
+            "revision_resolved": sha,
+            "checkpoint": digest,
+        },
+    )
+
+
+def run_toy_base(args: argparse.Namespace) -> None:
+    """Build a toy base, pretrain it briefly with load balancing, report its routing structure."""
+    import torch
+
+    from workflow_scripts.models.pretrain_corpus import split_report_rows, synthetic_rows
+    from workflow_scripts.models.routing_report import routing_structure, selected_experts
+    from workflow_scripts.models.tokenizer import train_tokenizer
+    from workflow_scripts.models.toy import ToyModelSpec, build_toy_model, save_toy_base
+    from workflow_scripts.train.batches import encode_rows
+    from workflow_scripts.train.loop import TrainConfig, train
+    from workflow_scripts.train.objective import Objective
+
+    settings = args.pretrain
+    try:
+        spec = ToyModelSpec.from_dict(args.spec)
+    except (TypeError, ValueError) as error:
+        raise UserInputError(f"--spec: {error}") from error
+    torch.use_deterministic_algorithms(True)
+    rows = synthetic_rows(settings["corpus_rows"], settings["corpus_seed"])
+    train_rows, held_out = split_report_rows(rows, settings["report_rows"])
+    tokenizer = train_tokenizer([*rows["prompt"], *rows["answer"]], settings["vocab_size"])
+    model = build_toy_model(args.architecture, spec, tokenizer, settings["seed"])
+    length = settings["sequence_length"]
+    held = {d: list(zip(frame["prompt"], frame["answer"], strict=True)) for d, frame in held_out.items()}
+
+    def structure() -> dict:
+        topk = {d: selected_experts(model, tokenizer, pairs, length) for d, pairs in held.items()}
+        return routing_structure(topk, spec.num_experts)
+
+    before = structure()
+    config = TrainConfig(
+        epochs=1,
+        global_batch_size=settings["batch_size"],
+        micro_batch_size=settings["batch_size"],
+        lr_max=settings["lr"],
+        lr_min=settings["lr"] / 10,
+        warmup_steps=settings["warmup_steps"],
+        label_mode="all",
+        max_steps=settings["steps"],
+    )
+    objective = Objective.from_condition(
+        {"intervention": "load_balancing", "params": {"coefficient": settings["lbl_coefficient"]}}
+    )
+    examples = encode_rows(tokenizer, train_rows["prompt"].tolist(), train_rows["answer"].tolist(), length)
+    records = train(model, examples, objective, config, settings["seed"], tokenizer.pad_token_id)
+    after = structure()
+    save_toy_base(model, tokenizer, args.out)
+    write_json(
+        args.report,
+        {
+            "architecture": args.architecture,
+            "spec": spec.to_dict(),
+            "pretraining": {
+                "steps": len(records),
+                "first_ce": records[0]["ce"],
+                "last_ce": records[-1]["ce"],
+            },
+            "random_init": before,
+            "pretrained": after,
+        },
+    )
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    """Add the ``models`` stage and its commands."""
+    stage = stages.add_parser("models", help="base checkpoints: pinned hub downloads or toy bases")
+    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    download = add_command(
+        commands,
+        "download",
+        run_download,
+        "download a hub checkpoint at the commit its revision resolves to",
+        outputs=("out", "manifest"),
+    )
+    download.add_argument("--repo", required=True, help="hub model id, e.g. moonshotai/Moonlight-16B-A3B")
+    download.add_argument("--revision", required=True, help="commit sha, tag or branch")
+    download.add_argument("--out", required=True, help="checkpoint directory to create")
+    download.add_argument(
+        "--manifest", required=True, help="output JSON: requested and resolved revision, checksum"
+    )
+
+    toy = add_command(
+        commands,
+        "toy-base",
+        run_toy_base,
+        "build a tiny MoE base of one architecture, pretrain it briefly, report its routing structure",
+        outputs=("out", "report"),
+    )
+    toy.add_argument("--architecture", required=True, choices=("deepseek_v3", "deepseek_v2", "qwen3_moe"))
+    toy.add_argument("--spec", required=True, type=json_argument, help="ToyModelSpec fields (JSON)")
+    toy.add_argument(
+        "--pretrain", required=True, type=json_argument, help="the toy_base config section (JSON)"
+    )
+    toy.add_argument("--out", required=True, help="checkpoint directory to create")
+    toy.add_argument("--report", required=True, help="output JSON: routing sharpness and divergence")

@@ -1,0 +1,159 @@
+"""``python -m workflow_scripts train run``: post-train one (model, corpus, condition, seed) locally.
+
+    python -m workflow_scripts train run --base results/models/moonlight/base \\
+        --split results/data/math20k/train.parquet --condition '{"intervention": "rpb", ...}' \\
+        --training '{"backend": "hf", ...}' --seed 42 --out results/checkpoints/.../s42 \\
+        --log results/checkpoints/.../s42.log.jsonl [--prior prior.npy --prior-meta meta.json] \\
+        [--architecture deepseek_v3]
+
+The seed fully determines the run. A killed run resumes from ``<out>.resume/``; the final
+checkpoint is saved without the training-time routing hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.cli import UserInputError, add_command, json_argument
+
+
+def train_config(training: Mapping[str, Any]) -> Any:
+    """The ``training`` config section as a ``TrainConfig``; settings the hf backend lacks are errors."""
+    from workflow_scripts.train.batches import LABEL_MODES
+    from workflow_scripts.train.loop import TrainConfig
+
+    backend = training.get("backend")
+    if backend != "hf":
+        raise UserInputError(f"training.backend is {backend!r}; this command is the local backend 'hf'")
+    if training.get("packing", False):
+        raise UserInputError("training.packing: true is not supported by the hf backend (rows are padded)")
+    if training.get("precision", "fp32") != "fp32":
+        raise UserInputError(f"training.precision {training['precision']!r}: the hf backend trains in fp32")
+    if training.get("loss_on", "answer") not in LABEL_MODES:
+        raise UserInputError(
+            f"training.loss_on must be one of {list(LABEL_MODES)}, got {training['loss_on']!r}"
+        )
+    optimizer = training.get("optimizer", {})
+    schedule = training["schedule"]
+    if optimizer.get("name", "adam") not in ("adam", "adamw"):
+        raise UserInputError(f"training.optimizer.name {optimizer['name']!r}: the hf backend runs AdamW")
+    if schedule.get("name", "cosine") != "cosine":
+        raise UserInputError(
+            f"training.schedule.name {schedule['name']!r}: the hf backend runs warmup + cosine"
+        )
+    return TrainConfig(
+        epochs=int(training["epochs"]),
+        global_batch_size=int(training["global_batch_size"]),
+        micro_batch_size=int(training["micro_batch_size"]),
+        lr_max=float(schedule["lr_max"]),
+        lr_min=float(schedule["lr_min"]),
+        warmup_steps=int(schedule["warmup_steps"]),
+        beta1=float(optimizer.get("beta1", 0.9)),
+        beta2=float(optimizer.get("beta2", 0.95)),
+        weight_decay=float(optimizer.get("weight_decay", 0.1)),
+        grad_clip=float(optimizer.get("grad_clip", 1.0)),
+        label_mode=training.get("loss_on", "answer"),
+        checkpoint_every_steps=int(training.get("checkpoint_every_steps", 0)),
+    )
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    torch.use_deterministic_algorithms(True)
+
+
+def run_train(args: argparse.Namespace) -> None:
+    """Load the base, train under the condition, save the hook-free checkpoint and the log."""
+    import numpy as np
+    import pandas as pd
+
+    from workflow_scripts.models import load_local, save_toy_base
+    from workflow_scripts.routing.core import DEFAULT_CLIP_C, DEFAULT_CLIP_EPS
+    from workflow_scripts.routing.hf import find_gates
+    from workflow_scripts.train import checkpoint
+    from workflow_scripts.train.batches import encode_rows
+    from workflow_scripts.train.loop import train, write_log
+    from workflow_scripts.train.objective import Objective
+
+    config = train_config(args.training)
+    if (args.prior is None) != (args.prior_meta is None):
+        raise UserInputError("--prior and --prior-meta go together")
+    meta = json.loads(Path(args.prior_meta).read_text()) if args.prior_meta else {}
+    try:
+        objective = Objective.from_condition(
+            args.condition,
+            float(meta.get("clip_eps", DEFAULT_CLIP_EPS)),
+            float(meta.get("clip_c", DEFAULT_CLIP_C)),
+            args.bias_in_gate_weights == "true",
+        )
+    except ValueError as error:
+        raise UserInputError(f"--condition: {error}") from error
+    if objective.needs_prior != (args.prior is not None):
+        need = "needs" if objective.needs_prior else "reads no"
+        raise UserInputError(
+            f"intervention {objective.intervention!r} {need} prior (--prior given: {args.prior})"
+        )
+    _seed_everything(args.seed)
+    model, tokenizer = load_local(args.base)
+    if args.architecture is not None and model.config.model_type != args.architecture:
+        raise UserInputError(
+            f"--architecture {args.architecture} but {args.base} is {model.config.model_type}"
+        )
+    split = pd.read_parquet(args.split, columns=["prompt", "answer"])
+    max_length = int(args.training["sequence_length"])
+    examples = encode_rows(tokenizer, split["prompt"].tolist(), split["answer"].tolist(), max_length)
+    prior = np.load(args.prior, mmap_mode="r") if args.prior else None
+    run_key = json.dumps(
+        {k: getattr(args, k) for k in ("base", "split", "condition", "training", "seed", "prior")},
+        sort_keys=True,
+    )
+    resume_dir = checkpoint.resume_dir_for(args.out)
+    try:
+        records = train(
+            model, examples, objective, config, args.seed, tokenizer.pad_token_id, prior, resume_dir, run_key
+        )
+    except ValueError as error:
+        raise UserInputError(str(error)) from error
+    assert all("forward" not in vars(gate) for _, gate in find_gates(model)), "routing hook still attached"
+    save_toy_base(model, tokenizer, args.out)
+    write_log(args.log, records)
+    checkpoint.remove(resume_dir)
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    parser = stages.add_parser("train", help="local post-training (transformers backend)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = add_command(
+        commands,
+        "run",
+        run_train,
+        "post-train a base checkpoint under one condition and seed",
+        inputs=("base", "split", "prior"),
+        outputs=("out", "log"),
+    )
+    run.add_argument("--base", required=True, help="base checkpoint directory")
+    run.add_argument("--split", required=True, help="training split parquet (prompt, answer)")
+    run.add_argument("--condition", required=True, type=json_argument, help="registry condition (JSON)")
+    run.add_argument("--training", required=True, type=json_argument, help="config 'training' section (JSON)")
+    run.add_argument("--seed", required=True, type=int, help="training seed (weights init is the base's)")
+    run.add_argument("--out", required=True, help="output checkpoint directory")
+    run.add_argument("--log", required=True, help="JSON-lines training log")
+    run.add_argument("--prior", help="prior .npy (N, 2, L, E), row i = split row i")
+    run.add_argument("--prior-meta", help="the prior's meta.json")
+    run.add_argument("--architecture", help="expected model_type of the base (checked)")
+    run.add_argument(
+        "--bias-in-gate-weights",
+        choices=("true", "false"),
+        default="true",
+        help="config prior.bias_in_gate_weights: whether RPB's biased logits also give the gate weights",
+    )
