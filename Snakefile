@@ -15,6 +15,9 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/models.smk"
+include: "rules/priors.smk"
+include: "rules/train.smk"
 include: "rules/provenance.smk"
 
 

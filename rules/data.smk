@@ -5,7 +5,7 @@ rule download_dataset:
     output:
         multiext("results/raw/{dataset}/{subset}", raw=".parquet", manifest=".manifest.json"),
     wildcard_constraints:
-        dataset=datasets_sourced_from("hub"),
+        dataset=sourced_from("hub", config["datasets"]),
     params:
         repo=lambda w: config["datasets"][w.dataset]["hub"]["repo"],
         revision=lambda w: config["datasets"][w.dataset]["hub"]["revision"],
@@ -28,7 +28,7 @@ rule generate_toy_dataset:
     output:
         raw="results/raw/{dataset}/{subset}.parquet",
     wildcard_constraints:
-        dataset=datasets_sourced_from("toy"),
+        dataset=sourced_from("toy", config["datasets"]),
     params:
         format=lambda w: config["datasets"][w.dataset]["format"],
         rows=lambda w: config["datasets"][w.dataset]["toy"]["rows"][w.subset],

@@ -83,3 +83,45 @@ def test_invalid_config_fails_before_any_job(tmp_path):
     assert (
         "config key tables.table5.cells[0].conditions: unknown condition 'rbp'" in done.stdout + done.stderr
     )
+
+
+def trainings(jobs):
+    return sorted(
+        (w["model"], w["corpus"], w["condition"], int(w["seed"])) for r, w in jobs if r == "train_local"
+    )
+
+
+def test_toy_table2_trains_exactly_its_caption():
+    jobs = dry_run(TOY, "results/provenance/table2.json")
+    expected = sorted(
+        ("moonlight", corpus, condition, seed)
+        for corpus in ("math20k", "coding20k")
+        for condition in ("sft", "lbl", "rpb")
+        for seed in (42, 43, 44)
+    )
+    assert trainings(jobs) == expected
+    assert sorted((w["model"], w["corpus"]) for r, w in jobs if r == "prior") == [
+        ("moonlight", "coding20k"),
+        ("moonlight", "math20k"),
+    ]
+    assert wildcard_values(jobs, "toy_base_model", "model") == ["moonlight"]
+
+
+def test_toy_table5_defers_shuffled_conditions_to_their_stage():
+    jobs = dry_run(TOY, "results/provenance/table5.json")
+    assert {condition for _, _, condition, _ in trainings(jobs)} == {"rpb"}
+    assert len(trainings(jobs)) == 6
+
+
+def test_toy_table11_needs_no_training_or_prior():
+    # Base probes only: nothing to train; the probe stage brings in the bases.
+    jobs = dry_run(TOY, "results/provenance/table11.json")
+    assert trainings(jobs) == []
+    assert not [r for r, _ in jobs if r == "prior"]
+
+
+def test_paper_scale_materialises_bases_and_priors_but_trains_on_the_cluster_backend():
+    jobs = dry_run(PAPER, "results/provenance/table2.json")
+    assert wildcard_values(jobs, "download_model", "model") == ["moonlight"]
+    assert sorted(w["corpus"] for r, w in jobs if r == "prior") == ["coding20k", "math20k"]
+    assert trainings(jobs) == []

@@ -1,4 +1,9 @@
-"""The toy default, run for real: `snakemake --profile profiles/local` in a scratch copy."""
+"""The toy scale, run for real through `--profile profiles/local` in a scratch copy.
+
+One run builds every corpus, one toy base with its priors, and the single-seed
+cells of Table 6 on math20k (SFT, the beta sweep, RPB-hard); the full toy
+default is the README's first command.
+"""
 
 from __future__ import annotations
 
@@ -13,30 +18,37 @@ import pytest
 
 from tests.conftest import load_config
 from tests.dag import ROOT
-from workflow_scripts import registry
 
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", "*.egg-info"
 )
+TABLE6_CONDITIONS = ("sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard")
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", *args, "--profile", "profiles/local"]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
+
+
+def targets() -> list[str]:
+    config = load_config(toy=True)
+    data = [f"results/data/{corpus}/train.parquet" for corpus in config["corpora"]]
+    checkpoints = [f"results/checkpoints/moonlight/math20k/{c}/s42" for c in TABLE6_CONDITIONS]
+    return [*data, "results/provenance/figure2.json", *checkpoints]
 
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("toy") / "rpb-repro"
     shutil.copytree(ROOT, workdir, ignore=IGNORED)
-    snakemake(workdir)
+    snakemake(workdir, *targets())
     return workdir
 
 
 @pytest.mark.slow
-def test_toy_default_builds_every_corpus(toy_run):
+def test_every_corpus_is_built(toy_run):
     config = load_config(toy=True)
     for name, corpus in config["corpora"].items():
         train = pd.read_parquet(toy_run / f"results/data/{name}/train.parquet")
@@ -46,35 +58,61 @@ def test_toy_default_builds_every_corpus(toy_run):
         assert set(train["row_id"]).isdisjoint(probe["row_id"]), name
         assert train["row_id"].is_monotonic_increasing and probe["row_id"].is_monotonic_increasing
         if corpus["train_rows"] is not None:
-            assert len(train) == corpus["train_rows"], name
+            assert len(train) == corpus["train_rows"] == report["rows_train"], name
         assert not train["answer"].str.contains("</think>", regex=False).any()
         if corpus["filter"] == "fenced_code":
             assert train["answer"].str.contains("```", regex=False).all()
-        assert json.dumps(report)  # a readable report exists beside the splits
         record = json.loads((toy_run / f"results/data/{name}/provenance.json").read_text())
         assert record["command"] == "data build"
         assert set(record["outputs"]) == {"train", "probe", "report"}
 
 
 @pytest.mark.slow
-def test_toy_default_writes_every_manifest_and_is_cached(toy_run):
-    config = load_config(toy=True)
-    for output_id in registry.outputs(config):
-        manifest = json.loads((toy_run / f"results/provenance/{output_id}.json").read_text())
-        expected = registry.closure(config, output_id).corpora
-        assert {Path(p).parent.name for p in manifest["inputs"]} == set(expected)
-    again = snakemake(toy_run)
-    assert "Nothing to be done" in again.stdout + again.stderr
+def test_toy_base_has_routing_structure(toy_run):
+    report = json.loads((toy_run / "results/models/moonlight/routing_report.json").read_text())
+    pretrained = report["pretrained"]
+    assert report["pretraining"]["last_ce"] < report["pretraining"]["first_ce"]
+    assert min(d["sharpness_l1"] for d in pretrained["domains"].values()) > 0.05
+    assert pretrained["divergence_l1"]["code-math"] > 0.05
 
 
 @pytest.mark.slow
-def test_single_table_target_builds_only_its_closure(tmp_path):
-    workdir = tmp_path / "rpb-repro"
-    shutil.copytree(ROOT, workdir, ignore=IGNORED)
-    snakemake(workdir, "results/provenance/table5.json")
-    assert sorted(p.name for p in (workdir / "results/data").iterdir()) == ["coding20k", "math20k"]
-    assert sorted(p.name for p in (workdir / "results/raw/glm51").glob("*.parquet")) == [
-        "Math.parquet",
-        "main.parquet",
-    ]
-    assert not (workdir / "results/raw/openr1").exists()
+def test_prior_and_its_manifest(toy_run):
+    import numpy as np
+
+    config = load_config(toy=True)
+    model = config["models"]["moonlight"]
+    prior = np.load(toy_run / "results/priors/moonlight/math20k/prior.npy")
+    assert prior.shape == (
+        config["corpora"]["math20k"]["train_rows"],
+        2,
+        model["moe_layers"],
+        model["experts"],
+    )
+    np.testing.assert_allclose(prior.sum(axis=-1), 1.0, atol=1e-5)
+    manifest = json.loads((toy_run / "results/provenance/figure2.json").read_text())
+    assert "results/priors/moonlight/math20k/prior.npy" in manifest["inputs"]
+    assert "results/priors/moonlight/math20k/provenance.json" in manifest["upstream"]
+
+
+@pytest.mark.slow
+def test_table6_checkpoints_are_hook_free_and_logged(toy_run):
+    from workflow_scripts.models.toy import load_local
+    from workflow_scripts.routing.hf import find_gates
+
+    steps = {}
+    for condition in TABLE6_CONDITIONS:
+        run = toy_run / f"results/checkpoints/moonlight/math20k/{condition}/s42"
+        model, _ = load_local(run)
+        assert all("forward" not in vars(gate) for _, gate in find_gates(model))
+        log = [json.loads(line) for line in Path(f"{run}.log.jsonl").read_text().splitlines()]
+        steps[condition] = len(log)
+        assert "load_balancing" not in log[0]
+        assert not Path(f"{run}.resume").exists()
+    assert len(set(steps.values())) == 1
+
+
+@pytest.mark.slow
+def test_rerun_has_nothing_to_do(toy_run):
+    again = snakemake(toy_run, *targets())
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 
-from tests.test_train import ROWS, SPEC, toy_prior, toy_rows, toy_tokenizer  # noqa: E402
+from tests.test_train import SPEC, toy_rows, toy_tokenizer  # noqa: E402
+from workflow_scripts.cli import main  # noqa: E402
 from workflow_scripts.models import build_toy_model, load_local, save_toy_base  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
@@ -44,9 +44,12 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     tokenizer = toy_tokenizer()
     save_toy_base(build_toy_model("deepseek_v3", SPEC, tokenizer, 0), tokenizer, root / "base")
     prompts, answers = toy_rows()
-    pd.DataFrame({"prompt": prompts, "answer": answers}).to_parquet(root / "train.parquet")
-    np.save(root / "prior.npy", toy_prior(ROWS))
-    (root / "meta.json").write_text(json.dumps({"clip_eps": 0.05, "clip_c": 5.0}))
+    split = pd.DataFrame({"row_id": range(len(prompts)), "prompt": prompts, "answer": answers})
+    split.to_parquet(root / "train.parquet")
+    prior = ["priors", "compute", "--model", str(root / "base"), "--split", str(root / "train.parquet")]
+    prior += ["--prior", str(root / "prior.npy"), "--meta", str(root / "meta.json")]
+    prior += ["--stats", str(root / "stats.json"), "--batch-size", "8", "--max-length", "64"]
+    assert main(prior) == 0
     return {
         "base": root / "base",
         "split": root / "train.parquet",
@@ -116,3 +119,14 @@ def test_killed_run_resumes_bit_identically(inputs, tmp_path):
 def log_without_times(out: Path) -> list[dict]:
     lines = Path(f"{out}.log.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in lines]
+
+
+def test_prior_of_another_split_is_refused(inputs, tmp_path):
+    other = tmp_path / "other.parquet"
+    pd.read_parquet(inputs["split"]).iloc[::-1].to_parquet(other)
+    arguments = command(inputs, tmp_path / "out")
+    arguments[arguments.index("--split") + 1] = str(other)
+    done = subprocess.run(arguments, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "does not belong to this run: split" in done.stderr
+    assert not (tmp_path / "out").exists()

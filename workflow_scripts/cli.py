@@ -23,6 +23,7 @@ from workflow_scripts.atomic import write_json
 STAGE_MODULES = (
     "workflow_scripts.data.cli",
     "workflow_scripts.models.cli",
+    "workflow_scripts.priors.cli",
     "workflow_scripts.train.cli",
     "workflow_scripts.provenance.cli",
 )

@@ -140,6 +140,12 @@ def _check_sources(config: Mapping[str, Any]) -> None:
         missing = [s for s in dataset["subsets"] if s not in dataset["toy"]["rows"]]
         if missing:
             raise RegistryError(f"datasets.{name}.toy.rows: no row count for subsets {missing}")
+    if toy:
+        if "toy_base" not in config:
+            raise RegistryError("toy_base: scale is toy but there is no 'toy_base' section")
+        for name, model in config["models"].items():
+            if "toy" not in model:
+                raise RegistryError(f"models.{name}: scale is toy but there is no 'toy' section")
     for field in ("prompt", "answer"):
         band = config["scoring"]["length"][field]
         if not band["min_chars"] <= band["center_chars"] <= band["max_chars"]:

@@ -74,10 +74,10 @@ def _seed_everything(seed: int) -> None:
 
 def run_train(args: argparse.Namespace) -> None:
     """Load the base, train under the condition, save the hook-free checkpoint and the log."""
-    import numpy as np
     import pandas as pd
 
-    from workflow_scripts.models import load_local, save_toy_base
+    from workflow_scripts.models.toy import load_local, save_toy_base
+    from workflow_scripts.priors.compute import check_prior_matches, load_prior
     from workflow_scripts.routing.core import DEFAULT_CLIP_C, DEFAULT_CLIP_EPS
     from workflow_scripts.routing.hf import find_gates
     from workflow_scripts.train import checkpoint
@@ -109,10 +109,12 @@ def run_train(args: argparse.Namespace) -> None:
         raise UserInputError(
             f"--architecture {args.architecture} but {args.base} is {model.config.model_type}"
         )
+    if args.prior_meta:
+        check_prior_matches(meta, args.split, args.base, tokenizer.chat_template)
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     max_length = int(args.training["sequence_length"])
     examples = encode_rows(tokenizer, split["prompt"].tolist(), split["answer"].tolist(), max_length)
-    prior = np.load(args.prior, mmap_mode="r") if args.prior else None
+    prior = load_prior(args.prior) if args.prior else None
     run_key = json.dumps(
         {k: getattr(args, k) for k in ("base", "split", "condition", "training", "seed", "prior")},
         sort_keys=True,

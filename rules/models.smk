@@ -1,0 +1,45 @@
+# Base models: pinned hub checkpoints (paper scale) or briefly pretrained toy models (toy scale).
+
+
+rule download_model:
+    output:
+        base=directory("results/models/{model}/base"),
+        manifest="results/models/{model}/manifest.json",
+    wildcard_constraints:
+        model=sourced_from("hub", config["models"]),
+    params:
+        repo=lambda w: config["models"][w.model]["hub"]["repo"],
+        revision=lambda w: config["models"][w.model]["hub"]["revision"],
+    log:
+        "logs/models/download/{model}.log",
+    conda:
+        "../envs/data.yaml"
+    cache: "omit-software"
+    resources:
+        runtime=240,
+        mem_mb=16000,
+    shell:
+        "python -m workflow_scripts models download --repo {params.repo:q} --revision {params.revision:q}"
+        " --out {output.base:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+
+
+rule toy_base_model:
+    output:
+        base=directory("results/models/{model}/base"),
+        report="results/models/{model}/routing_report.json",
+        provenance="results/models/{model}/provenance.json",
+    wildcard_constraints:
+        model=sourced_from("toy", config["models"]),
+    params:
+        architecture=lambda w: config["models"][w.model]["architecture"],
+        spec=toy_model_spec,
+        pretrain=json.dumps(config.get("toy_base", {}), sort_keys=True),
+    log:
+        "logs/models/toy/{model}.log",
+    conda:
+        "../envs/train.yaml"
+    threads: 2
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_scripts models toy-base --architecture {params.architecture}"
+        " --spec {params.spec:q} --pretrain {params.pretrain:q}"
+        " --out {output.base:q} --report {output.report:q} --provenance {output.provenance:q} > {log:q} 2>&1"

@@ -1,0 +1,27 @@
+# Frozen-base Q/A priors over each training split (eq. 2, F.7).
+
+
+rule prior:
+    input:
+        model="results/models/{model}/base",
+        split="results/data/{corpus}/train.parquet",
+    output:
+        prior="results/priors/{model}/{corpus}/prior.npy",
+        meta="results/priors/{model}/{corpus}/meta.json",
+        stats="results/priors/{model}/{corpus}/stats.json",
+        provenance="results/priors/{model}/{corpus}/provenance.json",
+    params:
+        batch_size=config["prior"]["batch_size"],
+        max_length=config["training"]["sequence_length"],
+        clip_eps=config["prior"]["clip_eps"],
+        clip_c=config["prior"]["clip_c"],
+    log:
+        "logs/priors/{model}/{corpus}.log",
+    conda:
+        "../envs/train.yaml"
+    threads: 2
+    shell:
+        "OMP_NUM_THREADS={threads} python -m workflow_scripts priors compute --model {input.model:q} --split {input.split:q}"
+        " --prior {output.prior:q} --meta {output.meta:q} --stats {output.stats:q}"
+        " --batch-size {params.batch_size} --max-length {params.max_length}"
+        " --clip-eps {params.clip_eps} --clip-c {params.clip_c} --provenance {output.provenance:q} > {log:q} 2>&1"

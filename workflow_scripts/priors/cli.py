@@ -1,0 +1,102 @@
+"""``python -m workflow_scripts priors <command>``: the frozen-base RPB prior of a split.
+
+    python -m workflow_scripts priors compute --model results/models/moonlight/base \\
+        --split results/data/math20k/train.parquet --prior results/priors/moonlight/math20k/prior.npy \\
+        --meta results/priors/moonlight/math20k/meta.json \\
+        --stats results/priors/moonlight/math20k/stats.json \\
+        --batch-size 8 --max-length 8192 --clip-eps 0.05 --clip-c 5.0
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from workflow_scripts.atomic import write_json
+from workflow_scripts.cli import UserInputError, add_command
+
+SPLIT_COLUMNS = ("row_id", "prompt", "answer")
+
+
+def _read_split(path: str):
+    import pandas as pd
+    import pyarrow as pa
+
+    try:
+        frame = pd.read_parquet(path, columns=list(SPLIT_COLUMNS))
+    except (OSError, KeyError, ValueError, pa.ArrowException) as error:
+        raise UserInputError(
+            f"--split {path}: cannot read columns {list(SPLIT_COLUMNS)} ({error})"
+        ) from error
+    if frame.empty:
+        raise UserInputError(f"--split {path} has no rows")
+    return frame
+
+
+def run_compute(args: argparse.Namespace) -> None:
+    """Frozen-base pass over the split: prior .npy, its meta.json and its statistics."""
+    import torch
+
+    from workflow_scripts.models import load_local
+    from workflow_scripts.priors.compute import compute_prior, load_prior, prior_meta
+    from workflow_scripts.priors.stats import prior_stats
+
+    if args.batch_size <= 0 or args.max_length <= 0:
+        raise UserInputError(
+            f"--batch-size and --max-length must be positive, got {args.batch_size}, {args.max_length}"
+        )
+    if not 0.0 < args.clip_eps <= args.clip_c:
+        raise UserInputError(f"need 0 < --clip-eps <= --clip-c, got {args.clip_eps}, {args.clip_c}")
+    split = _read_split(args.split)
+    try:
+        model, tokenizer = load_local(args.model)
+    except (OSError, ValueError) as error:
+        raise UserInputError(f"--model {args.model}: {error}") from error
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    rows = list(zip(split["prompt"].tolist(), split["answer"].tolist(), strict=True))
+    try:
+        result = compute_prior(model, tokenizer, rows, args.prior, args.batch_size, args.max_length)
+    except ValueError as error:
+        raise UserInputError(f"priors compute: {error}") from error
+    meta = prior_meta(
+        result,
+        split["row_id"].tolist(),
+        args.split,
+        args.model,
+        tokenizer.chat_template,
+        args.max_length,
+        args.batch_size,
+        args.clip_eps,
+        args.clip_c,
+        architecture=getattr(model.config, "model_type", None),
+    )
+    write_json(args.meta, meta)
+    write_json(args.stats, prior_stats(load_prior(args.prior), args.clip_eps, args.clip_c))
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    """Add the ``priors`` stage and its commands."""
+    stage = stages.add_parser("priors", help="frozen-base Q/A routing priors (eq. 2, Appendix F.7)")
+    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    compute = add_command(
+        commands,
+        "compute",
+        run_compute,
+        "one frozen-base pass over a split: the (N, 2, L, E) prior, its meta and statistics",
+        inputs=("model", "split"),
+        outputs=("prior", "meta", "stats"),
+    )
+    compute.add_argument("--model", required=True, help="base checkpoint directory")
+    compute.add_argument("--split", required=True, help="split parquet (row_id, prompt, answer)")
+    compute.add_argument(
+        "--prior", required=True, help="output .npy: float32 (N, 2, L, E), row i = split row i"
+    )
+    compute.add_argument("--meta", required=True, help="output JSON: inputs' checksums, spans, token counts")
+    compute.add_argument("--stats", required=True, help="output JSON: bias sd/range, clamp fractions")
+    compute.add_argument("--batch-size", type=int, required=True, help="rows per forward pass")
+    compute.add_argument(
+        "--max-length", type=int, required=True, help="tokens kept per row (training sequence length)"
+    )
+    compute.add_argument("--clip-eps", type=float, default=0.05, help="clamp lower numerator (eps/E)")
+    compute.add_argument("--clip-c", type=float, default=5.0, help="clamp upper numerator (C/E)")

@@ -1,0 +1,363 @@
+"""The frozen-base routing prior of RPB: eq. (2) of the paper over a whole split (Appendix F.7).
+
+For every row ``x`` of a split, span ``s`` (0 = Q, 1 = A), MoE layer ``l`` and expert ``e``::
+
+    pi[x, s, l, e] = mean over the tokens t of span s of x of  softmax_e(z_base[t, l])
+
+where ``z_base`` are the frozen base router's logits. The gate is the SOFTMAX of the logits
+for every architecture, also for the sigmoid-scored DeepSeek-V3 router (the paper's
+``p_base`` is the softmax gate); it is computed in float32.
+
+Spans are those of ``workflow_scripts.models.answer_span_mask``: each (prompt, answer) row is
+rendered through the tokenizer's chat template as ``[user: prompt, assistant: answer]``; Q
+tokens are the prompt's tokens, A tokens the answer's; template and special tokens belong to
+neither span and are left out. Rows are cut to their first ``max_length`` tokens, exactly as
+training cuts them (``workflow_scripts.train.batches.encode_rows``), so the prior describes
+the tokens the model is trained on.
+
+Empty spans: a span with no tokens (an empty prompt, or an answer truncated away by
+``max_length``) has no base routing to average. Its row is the uniform distribution ``1/E``
+(whose eq. (3) bias is exactly zero: such a span gets no prior bias), and its token count is
+0; ``prior_meta`` records every row's Q/A token counts and how many spans are empty, so this
+is visible.
+
+Layer axis: ``L`` indexes the MoE layers in ascending decoder-layer order
+(``moe_layer_indices``), which is the order of the model's ``router_logits`` outputs and of
+``workflow_scripts.routing.hf.find_gates``.
+
+Output: a float32 ``.npy`` of shape ``(N, 2, L, E)`` whose row ``i`` is the split's row ``i``,
+written batch by batch into a memory-mapped temporary file (memory use does not grow with
+``N``) and moved into place when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from workflow_scripts.atomic import atomic_path
+from workflow_scripts.cli import UserInputError
+
+if TYPE_CHECKING:
+    import torch
+
+SPAN_DEFINITION = (
+    "Q = prompt tokens, A = answer tokens after the chat template; template/special tokens excluded"
+)
+META_FORMAT = "rpb-prior-meta/1"
+_PROGRESS_EVERY_BATCHES = 10
+
+
+def span_means(probs: torch.Tensor, span_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean router probabilities over each sample's Q tokens and A tokens (eq. (2)).
+
+    Vectorised as one batched matrix product of the one-hot span matrix ``(B, T, 2)`` with
+    the probabilities: ``sums[b, s] = sum_t onehot[b, t, s] * probs[b, t]``. Tokens with a
+    negative span id (template, special, padding) take part in neither span; their
+    probabilities are zeroed first, so padding cannot leak in even if it holds NaNs.
+
+    A span without tokens gets the uniform row ``1/E`` and count 0 (see the module notes).
+
+    Args:
+        probs: per-token router probabilities, ``(B, T, L, E)``, floating point.
+        span_ids: ``(B, T)`` integer span per token: 0 (Q), 1 (A), -1 (no span).
+
+    Returns:
+        ``(means, counts)``: ``(B, 2, L, E)`` in the dtype of ``probs`` and ``(B, 2)`` int64
+        token counts (Q, A).
+    """
+    import torch
+
+    if probs.dim() != 4:
+        raise ValueError(f"probs must have shape (B, T, L, E), got {tuple(probs.shape)}")
+    batch, length, _, num_experts = probs.shape
+    if tuple(span_ids.shape) != (batch, length):
+        raise ValueError(f"span_ids has shape {tuple(span_ids.shape)}, expected {(batch, length)}")
+    spans = span_ids.to(probs.device).long()
+    onehot = spans.unsqueeze(-1) == torch.arange(2, device=probs.device)  # (B, T, 2)
+    counts = onehot.sum(dim=1)  # (B, 2), int64
+    in_span = (spans >= 0)[:, :, None, None]  # (B, T, 1, 1)
+    kept = probs.masked_fill(~in_span, 0.0)  # (B, T, L, E)
+    sums = torch.einsum("bts,btle->bsle", onehot.to(probs.dtype), kept)  # (B, 2, L, E)
+    present = (counts > 0)[:, :, None, None]  # (B, 2, 1, 1)
+    means = sums / counts.clamp(min=1).to(probs.dtype)[:, :, None, None]  # (B, 2, L, E)
+    means = torch.where(present, means, torch.full_like(means, 1.0 / num_experts))
+    return means, counts
+
+
+def _encoder(tokenizer: Any, rows: Sequence[tuple[str, str]], max_length: int):
+    """``encode(i) -> (ids, spans)`` of row ``i``, chat-rendered, span-labelled and truncated."""
+    from workflow_scripts.models import answer_span_mask
+
+    def encode(i: int) -> tuple[list[int], list[int]]:
+        prompt, answer = rows[i]
+        try:
+            ids, spans = answer_span_mask(tokenizer, prompt, answer)
+        except ValueError as error:
+            raise ValueError(f"row {i}: {error}") from error
+        return ids[:max_length], spans[:max_length]
+
+    return encode
+
+
+def compute_prior(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[tuple[str, str]],
+    out_path: str | os.PathLike[str],
+    batch_size: int,
+    max_length: int,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """One pass of the frozen base over ``rows``, writing the ``(N, 2, L, E)`` prior to ``out_path``.
+
+    The model is put in eval mode and run under ``torch.inference_mode()`` on its own
+    device, with ``output_router_logits=True`` (one ``(B*T, E)`` logit tensor per MoE layer)
+    and ``logits_to_keep=1`` (the LM head is not needed). Rows are encoded with
+    ``answer_span_mask`` and cut to their first ``max_length`` tokens; they are batched in
+    order of decreasing length (stable, so ties keep split order) to limit padding, right-
+    padded with the pad token (attention mask 0, span -1), and every row's means are written
+    at the row's own index. Encoding runs twice (once for the lengths, once per batch) so
+    that no encoded split is held in memory.
+
+    Args:
+        model: a transformers MoE ``*ForCausalLM`` (the frozen base).
+        tokenizer: its tokenizer, with the chat template the training run uses.
+        rows: ``(prompt, answer)`` pairs in split order.
+        out_path: the ``.npy`` to write (atomically).
+        batch_size: rows per forward pass.
+        max_length: tokens kept per row (the training sequence length).
+        progress: print ``rows done / total`` to stderr every few batches.
+
+    Returns:
+        ``{"shape": [N, 2, L, E], "moe_layers": [...], "num_experts": E,
+        "token_counts": (N, 2) int64 array (Q, A), "seconds": wall time,
+        "rows_per_second": throughput}``.
+    """
+    import torch
+    from numpy.lib.format import open_memmap
+
+    from workflow_scripts.models import moe_layer_indices
+
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if max_length <= 0:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    num_rows = len(rows)
+    if num_rows == 0:
+        raise ValueError("no rows to compute a prior for")
+    layers = moe_layer_indices(model)
+    if not layers:
+        raise ValueError("the model has no MoE layers")
+    pad_id = next(
+        (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None),
+        0,
+    )
+    device = model.device
+    encode = _encoder(tokenizer, rows, max_length)
+    lengths = np.fromiter((len(encode(i)[0]) for i in range(num_rows)), dtype=np.int64, count=num_rows)
+    order = np.argsort(-lengths, kind="stable")
+    counts = np.zeros((num_rows, 2), dtype=np.int64)
+    started = time.perf_counter()
+
+    model.eval()
+    with atomic_path(out_path) as tmp, torch.inference_mode():
+        prior = None
+        batches = range(0, num_rows, batch_size)
+        for number, start in enumerate(batches, start=1):
+            index = order[start : start + batch_size]
+            encoded = [encode(int(i)) for i in index]
+            width = max(len(ids) for ids, _ in encoded)
+            input_ids = torch.full((len(index), width), pad_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(index), width), dtype=torch.long)
+            span_ids = torch.full((len(index), width), -1, dtype=torch.long)
+            for b, (ids, spans) in enumerate(encoded):
+                input_ids[b, : len(ids)] = torch.tensor(ids)
+                attention_mask[b, : len(ids)] = 1
+                span_ids[b, : len(ids)] = torch.tensor(spans)
+            outputs = model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                output_router_logits=True,
+                use_cache=False,
+                logits_to_keep=1,
+            )
+            router_logits = outputs.router_logits
+            if router_logits is None or len(router_logits) != len(layers):
+                got = None if router_logits is None else len(router_logits)
+                raise ValueError(f"model returned {got} router logit tensors for {len(layers)} MoE layers")
+            probs = torch.stack(
+                [torch.softmax(z.float(), dim=-1).reshape(len(index), width, -1) for z in router_logits],
+                dim=2,
+            )  # (B, T, L, E)
+            means, batch_counts = span_means(probs, span_ids)
+            if prior is None:
+                shape = (num_rows, 2, len(layers), probs.shape[-1])
+                prior = open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+            prior[index] = means.cpu().numpy().astype(np.float32, copy=False)
+            counts[index] = batch_counts.cpu().numpy()
+            done = min(start + batch_size, num_rows)
+            if progress and (number % _PROGRESS_EVERY_BATCHES == 0 or done == num_rows):
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                print(f"priors: {done}/{num_rows} rows ({rate:.1f} rows/s)", file=sys.stderr, flush=True)
+        assert prior is not None
+        prior.flush()
+        shape = prior.shape
+        del prior  # close the map before the file is moved into place
+    seconds = time.perf_counter() - started
+    return {
+        "shape": [int(d) for d in shape],
+        "moe_layers": [int(i) for i in layers],
+        "num_experts": int(shape[-1]),
+        "token_counts": counts,
+        "seconds": seconds,
+        "rows_per_second": num_rows / max(seconds, 1e-9),
+    }
+
+
+def template_sha256(chat_template: str | None) -> str | None:
+    """SHA-256 of a chat template's text (``None`` for a tokenizer without one)."""
+    if chat_template is None:
+        return None
+    return hashlib.sha256(chat_template.encode("utf-8")).hexdigest()
+
+
+def _summary(values: np.ndarray) -> dict[str, Any]:
+    return {
+        "min": int(values.min()),
+        "mean": float(values.mean()),
+        "max": int(values.max()),
+        "empty": int((values == 0).sum()),
+    }
+
+
+def prior_meta(
+    result: Mapping[str, Any],
+    row_ids: Sequence[int],
+    split_path: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    chat_template: str | None,
+    max_length: int,
+    batch_size: int,
+    clip_eps: float,
+    clip_c: float,
+    architecture: str | None = None,
+) -> dict[str, Any]:
+    """The meta.json of a prior: what it was computed from and how to read it.
+
+    Fields: ``format``; ``shape`` ``[N, 2, L, E]`` and ``dtype``; ``spans`` (index -> name)
+    and ``span_definition``; ``gate``; ``moe_layers`` (decoder-layer index of each ``L``
+    entry) and ``num_experts``; ``max_length`` and ``truncation``; ``batch_size``;
+    ``row_ids`` (the split's ``row_id`` of each prior row, in order); ``token_counts``
+    (``{"Q": [...], "A": [...]}``, one count per row, 0 = empty span = uniform row) and
+    ``token_count_summary`` (min/mean/max/empty per span); ``empty_span_fill``; ``model``
+    (``path_digest`` of the checkpoint directory) and ``architecture``; ``split``
+    (``path_digest`` of the parquet: path, sha256, bytes); ``chat_template_sha256``;
+    ``clip_eps`` and ``clip_c`` (the clamp the bias of eq. (3) is built with).
+
+    Args:
+        result: the return value of ``compute_prior``.
+        row_ids: the split's ``row_id`` column, in split order.
+        split_path, model_dir: the inputs, checksummed here.
+        chat_template: the tokenizer's chat template text.
+        max_length, batch_size: the settings of the pass.
+        clip_eps, clip_c: the clamp numerators of eq. (3).
+        architecture: the model's ``model_type`` (informational).
+    """
+    from workflow_scripts.provenance import path_digest
+
+    counts = np.asarray(result["token_counts"])
+    if len(row_ids) != counts.shape[0]:
+        raise ValueError(f"{len(row_ids)} row ids for a prior of {counts.shape[0]} rows")
+    return {
+        "format": META_FORMAT,
+        "shape": list(result["shape"]),
+        "dtype": "float32",
+        "spans": {"0": "Q", "1": "A"},
+        "span_definition": SPAN_DEFINITION,
+        "gate": "softmax over the base router logits, float32, every architecture (sigmoid routers too)",
+        "moe_layers": list(result["moe_layers"]),
+        "num_experts": int(result["num_experts"]),
+        "max_length": int(max_length),
+        "truncation": "first max_length tokens of the chat rendering, as in training",
+        "batch_size": int(batch_size),
+        "row_ids": [int(r) for r in row_ids],
+        "token_counts": {"Q": counts[:, 0].tolist(), "A": counts[:, 1].tolist()},
+        "token_count_summary": {"Q": _summary(counts[:, 0]), "A": _summary(counts[:, 1])},
+        "empty_span_fill": "uniform 1/E (zero bias), token count 0",
+        "model": path_digest(model_dir),
+        "architecture": architecture,
+        "split": path_digest(split_path),
+        "chat_template_sha256": template_sha256(chat_template),
+        "clip_eps": float(clip_eps),
+        "clip_c": float(clip_c),
+    }
+
+
+def check_prior_matches(
+    meta: Mapping[str, Any],
+    split_path: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    chat_template: str | None,
+) -> None:
+    """Raise ``UserInputError`` unless a prior's meta matches this split, model and chat template.
+
+    Compares checksums (not paths, so moved files still match): the split parquet's
+    sha256, the model directory's ``path_digest`` sha256 and the chat template's sha256.
+    The message names every input that differs.
+    """
+    from workflow_scripts.provenance import file_sha256, path_digest
+
+    missing = [k for k in ("split", "model", "chat_template_sha256") if k not in meta]
+    if missing:
+        raise UserInputError(f"prior meta.json lacks {missing}; recompute the prior")
+    recorded_split = meta["split"].get("sha256")
+    recorded_model = meta["model"].get("sha256")
+    differences = []
+    split_sha = file_sha256(Path(split_path))
+    if split_sha != recorded_split:
+        differences.append(
+            f"split (prior built from {meta['split'].get('path')} sha256 {recorded_split}, "
+            f"given {split_path} sha256 {split_sha})"
+        )
+    model_sha = path_digest(model_dir).get("sha256")
+    if model_sha != recorded_model:
+        differences.append(
+            f"model (prior built from {meta['model'].get('path')} sha256 {recorded_model}, "
+            f"given {model_dir} sha256 {model_sha})"
+        )
+    template_sha = template_sha256(chat_template)
+    if template_sha != meta["chat_template_sha256"]:
+        differences.append(
+            f"chat template (prior built with sha256 {meta['chat_template_sha256']}, given {template_sha})"
+        )
+    if differences:
+        raise UserInputError("the prior does not belong to this run: " + "; ".join(differences))
+
+
+def load_prior(path: str | os.PathLike[str]) -> np.memmap:
+    """Open a prior ``.npy`` read-only, memory-mapped; checks it is ``(N, 2, L, E)``."""
+    prior = np.load(path, mmap_mode="r")
+    if prior.ndim != 4 or prior.shape[1] != 2:
+        raise ValueError(f"{path}: expected a prior of shape (N, 2, L, E), got {prior.shape}")
+    return prior
+
+
+def gather_rows(prior: np.ndarray, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The prior rows at ``positions`` (split positions, any order) as an in-memory float32 array.
+
+    Returns ``(len(positions), 2, L, E)``; only those rows are read from a memory map.
+    """
+    index = np.asarray(positions, dtype=np.int64)
+    if index.ndim != 1:
+        raise ValueError(f"positions must be one-dimensional, got shape {index.shape}")
+    if index.size and (index.min() < 0 or index.max() >= prior.shape[0]):
+        raise IndexError(f"positions out of range for a prior of {prior.shape[0]} rows")
+    return np.asarray(prior[index], dtype=np.float32)
