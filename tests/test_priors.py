@@ -11,15 +11,14 @@ import torch
 
 import workflow_scripts.cli as cli
 from workflow_scripts.cli import UserInputError
-from workflow_scripts.models import (
+from workflow_scripts.models.tokenizer import answer_span_mask, train_tokenizer
+from workflow_scripts.models.toy import (
     ARCHITECTURES,
     ToyModelSpec,
-    answer_span_mask,
     build_toy_model,
     load_local,
     moe_layer_indices,
     save_toy_base,
-    train_tokenizer,
 )
 from workflow_scripts.priors.compute import (
     check_prior_matches,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workflow_scripts.routing import (
+from workflow_scripts.routing.core import (
     centered_logit_l2,
     clipped_log_prior,
     hard_topk_from_prior,

@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from workflow_scripts.models import ToyModelSpec, build_toy_model, train_tokenizer  # noqa: E402
+from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
+from workflow_scripts.models.toy import ToyModelSpec, build_toy_model  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 from workflow_scripts.train.batches import (  # noqa: E402
     IGNORE_INDEX,

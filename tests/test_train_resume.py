@@ -17,7 +17,7 @@ pd = pytest.importorskip("pandas")
 
 from tests.test_train import SPEC, toy_rows, toy_tokenizer  # noqa: E402
 from workflow_scripts.cli import main  # noqa: E402
-from workflow_scripts.models import build_toy_model, load_local, save_toy_base  # noqa: E402
+from workflow_scripts.models.toy import build_toy_model, load_local, save_toy_base  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,7 +36,7 @@ def run_compute(args: argparse.Namespace) -> None:
     """Frozen-base pass over the split: prior .npy, its meta.json and its statistics."""
     import torch
 
-    from workflow_scripts.models import load_local
+    from workflow_scripts.models.toy import load_local
     from workflow_scripts.priors.compute import compute_prior, load_prior, prior_meta
     from workflow_scripts.priors.stats import prior_stats
 

@@ -94,7 +94,7 @@ def span_means(probs: torch.Tensor, span_ids: torch.Tensor) -> tuple[torch.Tenso
 
 def _encoder(tokenizer: Any, rows: Sequence[tuple[str, str]], max_length: int):
     """``encode(i) -> (ids, spans)`` of row ``i``, chat-rendered, span-labelled and truncated."""
-    from workflow_scripts.models import answer_span_mask
+    from workflow_scripts.models.tokenizer import answer_span_mask
 
     def encode(i: int) -> tuple[list[int], list[int]]:
         prompt, answer = rows[i]
@@ -144,7 +144,7 @@ def compute_prior(
     import torch
     from numpy.lib.format import open_memmap
 
-    from workflow_scripts.models import moe_layer_indices
+    from workflow_scripts.models.toy import moe_layer_indices
 
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")

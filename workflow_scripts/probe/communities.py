@@ -58,9 +58,7 @@ def _sets_to_labels(communities: list, n_nodes: int) -> np.ndarray:
     return canonical_labels(labels)
 
 
-def louvain(
-    w: np.ndarray, resolution: float = 1.0, seed: int = 0, threshold: float = 1e-6
-) -> np.ndarray:
+def louvain(w: np.ndarray, resolution: float = 1.0, seed: int = 0, threshold: float = 1e-6) -> np.ndarray:
     """Louvain communities of a weighted co-activation graph, as canonical (E,) labels.
 
     Implements the Louvain detector of §2 / Appendix F.9 of the paper (resolution gamma = 1.0,

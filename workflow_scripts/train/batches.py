@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from workflow_scripts.models import answer_span_mask
+from workflow_scripts.models.tokenizer import answer_span_mask
 
 IGNORE_INDEX = -100
 NO_SPAN = -1
