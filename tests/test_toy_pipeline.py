@@ -8,6 +8,7 @@ default is the README's first command.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -116,3 +117,38 @@ def test_table6_checkpoints_are_hook_free_and_logged(toy_run):
 def test_rerun_has_nothing_to_do(toy_run):
     again = snakemake(toy_run, *targets())
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_under_snakemake(toy_run, tmp_path):
+    """kill -9 a training job mid-run; the rerun resumes and ends bit-identical to the first build."""
+    import signal
+    import time
+
+    import torch
+
+    from workflow_scripts.models.toy import load_local
+
+    target = "results/checkpoints/moonlight/math20k/rpb/s42"
+    reference = tmp_path / "reference"
+    shutil.move(toy_run / target, reference)
+    for suffix in (".log.jsonl", ".provenance.json"):
+        Path(f"{toy_run / target}{suffix}").unlink()
+    command = [sys.executable, "-m", "snakemake", target, "--profile", "profiles/local"]
+    first = subprocess.Popen(command, cwd=toy_run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resume = Path(f"{toy_run / target}.resume")
+    deadline = time.monotonic() + 300
+    while not list(resume.glob("step_*.pt")):
+        assert time.monotonic() < deadline and first.poll() is None, "no checkpoint before the job ended"
+        time.sleep(0.05)
+    trainer = subprocess.run(["pgrep", "-f", f"train run .*{target}"], capture_output=True, text=True)
+    for pid in trainer.stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    assert first.wait(timeout=120) != 0
+    snakemake(toy_run, target)
+    job_log = (toy_run / "logs/train/moonlight/math20k/rpb/s42.log").read_text()
+    assert "resuming after step" in job_log
+    resumed, _ = load_local(toy_run / target)
+    original, _ = load_local(reference)
+    for (name, a), (_, b) in zip(resumed.state_dict().items(), original.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
