@@ -18,6 +18,7 @@ include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/priors.smk"
 include: "rules/train.smk"
+include: "rules/probe.smk"
 include: "rules/provenance.smk"
 
 

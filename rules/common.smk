@@ -17,23 +17,28 @@ def alternatives(values):
     return "|".join(sorted(values)) or NEVER
 
 
-# Conditions trainable now: their prior (if any) is one a present stage produces.
-# The shuffled priors come with the probing stage.
-PRIOR_KINDS_PRESENT = {"base"}
-TRAINABLE = [
-    name
-    for name, condition in config["conditions"].items()
-    if condition.get("prior", "base") in PRIOR_KINDS_PRESENT
-]
-# Training backends with a rule; the cluster (megatron) backend lands separately.
-TRAINING_BACKENDS_PRESENT = {"hf"}
+# Training runs locally (backend hf); the cluster (megatron) backend lands separately,
+# and until then a paper-scale target holds no trained checkpoint or its probes.
+TRAINS_LOCALLY = config["training"]["backend"] == "hf"
+# A probed run is the base model or one trained (condition, seed).
+PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
+DETECTOR = json.dumps(
+    {
+        "name": config["probe"]["detector"]["name"],
+        "resolution": config["probe"]["detector"]["resolution"],
+        "seed": config["probe"]["detector"]["seed"],
+        "tolerance": config["probe"]["detector"]["tolerance"],
+        "rho": config["probe"]["edge_fraction"],
+    },
+    sort_keys=True,
+)
 
 
 wildcard_constraints:
     corpus=alternatives(config["corpora"]),
     dataset=alternatives(config["datasets"]),
     model=alternatives(config["models"]),
-    condition=alternatives(TRAINABLE),
+    condition=alternatives(config["conditions"]),
     seed=r"\d+",
     output=alternatives(OUTPUTS),
 
@@ -83,33 +88,59 @@ def toy_model_spec(wildcards):
     return json.dumps(spec, sort_keys=True)
 
 
-def prior_files(model, corpus):
-    base = f"results/priors/{model}/{corpus}"
-    return {"prior": f"{base}/prior.npy", "meta": f"{base}/meta.json", "stats": f"{base}/stats.json"}
+PRIOR_FILES = {
+    "base": "prior.npy",
+    "shuffled_within": "shuffled-within.npy",
+    "shuffled_global": "shuffled-global.npy",
+}
+
+
+def prior_file(model, corpus, kind):
+    return f"results/priors/{model}/{corpus}/{PRIOR_FILES[kind]}"
 
 
 def checkpoint_dir(training):
     return f"results/checkpoints/{training.model}/{training.corpus}/{training.condition}/s{training.seed}"
 
 
+def probed_checkpoint(wildcards):
+    if wildcards.run == "base":
+        return f"results/models/{wildcards.model}/base"
+    return f"results/checkpoints/{wildcards.model}/{wildcards.corpus}/{wildcards.run}"
+
+
+def probe_result(probe):
+    """The graph file a probe ends in: the base partition, or a trained run's retention metrics."""
+    base = f"results/graphs/{probe.model}/{probe.corpus}"
+    if probe.condition == registry.BASE:
+        return f"{base}/base/partition.json"
+    return f"{base}/{probe.condition}/s{probe.seed}/metrics.json"
+
+
 def closure_inputs(output_id):
     """Files of the stages that exist, for everything one table or figure needs."""
     closure = registry.closure(config, output_id)
     files = [path for corpus in sorted(closure.corpora) for path in corpus_files(corpus).values()]
-    priors = sorted((p.model, p.corpus) for p in closure.priors if p.kind in PRIOR_KINDS_PRESENT)
-    files += [path for model, corpus in priors for path in prior_files(model, corpus).values()]
-    if config["training"]["backend"] in TRAINING_BACKENDS_PRESENT:
-        trainings = [t for t in closure.trainings if t.condition in TRAINABLE]
-        files += sorted(checkpoint_dir(t) for t in trainings)
+    files += sorted(prior_file(p.model, p.corpus, p.kind) for p in closure.priors)
+    prior_pairs = {(p.model, p.corpus) for p in closure.priors}
+    files += sorted(f"results/priors/{model}/{corpus}/stats.json" for model, corpus in prior_pairs)
+    files += sorted(f"results/priors/{m}/{c}/prior_validation.json" for m, c in closure.prior_validations)
+    probes = [p for p in closure.probes if p.condition == registry.BASE or TRAINS_LOCALLY]
+    files += sorted(probe_result(p) for p in probes)
+    if TRAINS_LOCALLY:
+        files += sorted(checkpoint_dir(t) for t in closure.trainings)
     return files
 
 
 def condition_prior(wildcards):
     """The prior files a training reads, or none for conditions without a prior."""
-    if "prior" not in config["conditions"][wildcards.condition]:
+    kind = config["conditions"][wildcards.condition].get("prior")
+    if kind is None:
         return {}
-    files = prior_files(wildcards.model, wildcards.corpus)
-    return {"prior": files["prior"], "prior_meta": files["meta"]}
+    return {
+        "prior": prior_file(wildcards.model, wildcards.corpus, kind),
+        "prior_meta": f"results/priors/{wildcards.model}/{wildcards.corpus}/meta.json",
+    }
 
 
 def prior_arguments(wildcards, input):

@@ -10,6 +10,8 @@ rule train_local:
         checkpoint=directory("results/checkpoints/{model}/{corpus}/{condition}/s{seed}"),
         log="results/checkpoints/{model}/{corpus}/{condition}/s{seed}.log.jsonl",
         provenance="results/checkpoints/{model}/{corpus}/{condition}/s{seed}.provenance.json",
+    wildcard_constraints:
+        condition=alternatives(config["conditions"] if TRAINS_LOCALLY else []),
     params:
         architecture=lambda w: config["models"][w.model]["architecture"],
         condition=lambda w: json.dumps(config["conditions"][w.condition], sort_keys=True),

@@ -107,21 +107,41 @@ def test_toy_table2_trains_exactly_its_caption():
     assert wildcard_values(jobs, "toy_base_model", "model") == ["moonlight"]
 
 
-def test_toy_table5_defers_shuffled_conditions_to_their_stage():
+def test_toy_table5_trains_probes_and_shuffles_its_cells():
     jobs = dry_run(TOY, "results/provenance/table5.json")
-    assert {condition for _, _, condition, _ in trainings(jobs)} == {"rpb"}
-    assert len(trainings(jobs)) == 6
+    assert {condition for _, _, condition, _ in trainings(jobs)} == {
+        "rpb",
+        "within_soft",
+        "within_hard",
+        "global_hard",
+    }
+    assert len(trainings(jobs)) == 2 * (3 + 3 * 3)
+    retained = sorted((w["corpus"], w["condition"], int(w["seed"])) for r, w in jobs if r == "retention")
+    expected = [(c, "rpb", s) for c in ("math20k", "coding20k") for s in (42, 43, 44)]
+    expected += [
+        (c, k, s)
+        for c in ("math20k", "coding20k")
+        for k in ("within_soft", "within_hard", "global_hard")
+        for s in (42, 43)
+    ]
+    assert retained == sorted(expected)
+    assert sorted(w["corpus"] for r, w in jobs if r == "shuffled_priors") == ["coding20k", "math20k"]
+    assert sorted(w["corpus"] for r, w in jobs if r == "base_partition") == ["coding20k", "math20k"]
 
 
-def test_toy_table11_needs_no_training_or_prior():
-    # Base probes only: nothing to train; the probe stage brings in the bases.
+def test_toy_table11_probes_the_bases_only():
     jobs = dry_run(TOY, "results/provenance/table11.json")
     assert trainings(jobs) == []
     assert not [r for r, _ in jobs if r == "prior"]
+    probed = sorted((w["model"], w["corpus"], w["run"]) for r, w in jobs if r == "probe_routes")
+    assert probed == [
+        (m, c, "base") for m in ("moonlight", "qwen3_30b") for c in ("coding20k", "general", "math20k")
+    ]
 
 
 def test_paper_scale_materialises_bases_and_priors_but_trains_on_the_cluster_backend():
-    jobs = dry_run(PAPER, "results/provenance/table2.json")
+    jobs = dry_run(PAPER, "results/provenance/table5.json")
     assert wildcard_values(jobs, "download_model", "model") == ["moonlight"]
     assert sorted(w["corpus"] for r, w in jobs if r == "prior") == ["coding20k", "math20k"]
-    assert trainings(jobs) == []
+    assert sorted(w["corpus"] for r, w in jobs if r == "shuffled_priors") == ["coding20k", "math20k"]
+    assert trainings(jobs) == [] and not [r for r, _ in jobs if r == "retention"]

@@ -37,7 +37,10 @@ def targets() -> list[str]:
     config = load_config(toy=True)
     data = [f"results/data/{corpus}/train.parquet" for corpus in config["corpora"]]
     checkpoints = [f"results/checkpoints/moonlight/math20k/{c}/s42" for c in TABLE6_CONDITIONS]
-    return [*data, "results/provenance/figure2.json", *checkpoints]
+    graphs = ["results/graphs/moonlight/math20k/rpb/s42/metrics.json"]
+    shuffled = ["results/priors/moonlight/math20k/prior_validation.json"]
+    shuffled += ["results/checkpoints/moonlight/math20k/within_soft/s42"]
+    return [*data, "results/provenance/figure2.json", *checkpoints, *graphs, *shuffled]
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,42 @@ def test_table6_checkpoints_are_hook_free_and_logged(toy_run):
         assert "load_balancing" not in log[0]
         assert not Path(f"{run}.resume").exists()
     assert len(set(steps.values())) == 1
+
+
+@pytest.mark.slow
+def test_retention_metrics_of_a_probed_checkpoint(toy_run):
+    graphs = toy_run / "results/graphs/moonlight/math20k"
+    partition = json.loads((graphs / "base/partition.json").read_text())
+    config = load_config(toy=True)
+    model = config["models"]["moonlight"]
+    assert len(partition["labels"]) == model["moe_layers"]
+    assert set(partition["spans"]) == {"Q", "A"}
+    metrics = json.loads((graphs / "rpb/s42/metrics.json").read_text())
+    summary = metrics["summary"]
+    assert 0 <= summary["nmi"] <= 1 and 0 <= summary["topk_overlap"] <= 1 and summary["tvd"] >= 0
+    sweep = {(row["detector"], row["rho"], row["seed"]) for row in metrics["sweep"]}
+    probe = config["probe"]
+    assert len(sweep) == len(probe["robustness_detectors"]) * len(probe["edge_fraction_sweep"]) * len(
+        probe["detector_seeds"]
+    )
+    layers = pd.read_parquet(graphs / "rpb/s42/layers.parquet")
+    assert len(layers) == model["moe_layers"] and {"nmi", "q_margin"} <= set(layers.columns)
+    base_meta = json.loads((toy_run / "results/probes/moonlight/math20k/base/meta.json").read_text())
+    run_meta = json.loads((toy_run / "results/probes/moonlight/math20k/rpb/s42/meta.json").read_text())
+    assert base_meta["tokens_sha256"] == run_meta["tokens_sha256"]  # the same probe tokens
+
+
+@pytest.mark.slow
+def test_shuffled_prior_validation_and_training(toy_run):
+    priors = toy_run / "results/priors/moonlight/math20k"
+    validation = json.loads((priors / "prior_validation.json").read_text())
+    within, shuffled_global = validation["strength"]["within"], validation["strength"]["global"]
+    assert within["prior_topk_overlap"] >= shuffled_global["prior_topk_overlap"]
+    check = validation["community_check"]
+    assert check["within"]["mean"] >= check["global"]["mean"]
+    log = toy_run / "results/checkpoints/moonlight/math20k/within_soft/s42.provenance.json"
+    record = json.loads(log.read_text())
+    assert record["inputs"]["prior"]["path"].endswith("shuffled-within.npy")
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ STAGE_MODULES = (
     "workflow_scripts.models.cli",
     "workflow_scripts.priors.cli",
     "workflow_scripts.train.cli",
+    "workflow_scripts.probe.cli",
     "workflow_scripts.provenance.cli",
 )
 

@@ -5,11 +5,19 @@
         --meta results/priors/moonlight/math20k/meta.json \\
         --stats results/priors/moonlight/math20k/stats.json \\
         --batch-size 8 --max-length 8192 --clip-eps 0.05 --clip-c 5.0
+    python -m workflow_scripts priors shuffle --prior results/priors/moonlight/math20k/prior.npy \
+        --partition results/graphs/moonlight/math20k/base/partition.json --top-k 6 --seed 0 \
+        --validation-seeds 0 1 2 --rhos 0.05 0.10 0.15 0.20 \
+        --within results/priors/moonlight/math20k/shuffled-within.npy \
+        --global results/priors/moonlight/math20k/shuffled-global.npy \
+        --validation results/priors/moonlight/math20k/prior_validation.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import UserInputError, add_command
@@ -74,6 +82,40 @@ def run_compute(args: argparse.Namespace) -> None:
     write_json(args.stats, prior_stats(load_prior(args.prior), args.clip_eps, args.clip_c))
 
 
+def run_shuffle(args: argparse.Namespace) -> None:
+    """Within-community and global shuffles of a prior, and their prior-side validation (Appendix E, B.2)."""
+    import numpy as np
+
+    from workflow_scripts.priors.compute import load_prior
+    from workflow_scripts.priors.shuffle import (
+        apply_permutations,
+        global_permutations,
+        within_community_permutations,
+    )
+    from workflow_scripts.priors.validation import prior_side_strength, within_shuffle_community_check
+
+    prior = load_prior(args.prior)
+    partition = np.asarray(json.loads(Path(args.partition).read_text())["labels"])
+    if partition.shape != prior.shape[2:]:
+        raise UserInputError(
+            f"--partition {args.partition}: labels of shape {partition.shape}, "
+            f"the prior has (L, E) = {prior.shape[2:]}"
+        )
+    scopes = {
+        "within": (within_community_permutations(partition, args.seed), args.within),
+        "global": (global_permutations(*partition.shape, args.seed), args.global_out),
+    }
+    strength = {}
+    for scope, (perms, path) in scopes.items():
+        apply_permutations(prior, perms, path)
+        strength[scope] = prior_side_strength(prior, load_prior(path), args.top_k, args.clip_eps, args.clip_c)
+        strength[scope]["permutations"] = perms.tolist()
+    check = within_shuffle_community_check(
+        prior, partition, args.validation_seeds, args.rhos, args.top_k, args.clip_eps, args.clip_c
+    )
+    write_json(args.validation, {"seed": args.seed, "strength": strength, "community_check": check})
+
+
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``priors`` stage and its commands."""
     stage = stages.add_parser("priors", help="frozen-base Q/A routing priors (eq. 2, Appendix F.7)")
@@ -100,3 +142,31 @@ def register(stages: argparse._SubParsersAction) -> None:
     )
     compute.add_argument("--clip-eps", type=float, default=0.05, help="clamp lower numerator (eps/E)")
     compute.add_argument("--clip-c", type=float, default=5.0, help="clamp upper numerator (C/E)")
+
+    shuffle = add_command(
+        commands,
+        "shuffle",
+        run_shuffle,
+        "within-community and global expert shuffles of a prior, with their prior-side validation",
+        inputs=("prior", "partition"),
+        outputs=("within", "global_out", "validation"),
+    )
+    shuffle.add_argument("--prior", required=True, help="the base prior .npy (N, 2, L, E)")
+    shuffle.add_argument(
+        "--partition", required=True, help="base partition JSON with per-layer 'labels' (L, E)"
+    )
+    shuffle.add_argument("--top-k", type=int, required=True, help="the model's routing top-k")
+    shuffle.add_argument("--seed", type=int, required=True, help="permutation seed of the training priors")
+    shuffle.add_argument(
+        "--validation-seeds", type=int, nargs="+", required=True, help="permutation seeds of the B.2 check"
+    )
+    shuffle.add_argument(
+        "--rhos", type=float, nargs="+", required=True, help="edge fractions of the B.2 check"
+    )
+    shuffle.add_argument("--clip-eps", type=float, default=0.05, help="clamp lower numerator (eps/E)")
+    shuffle.add_argument("--clip-c", type=float, default=5.0, help="clamp upper numerator (C/E)")
+    shuffle.add_argument("--within", required=True, help="output .npy: within-community shuffled prior")
+    shuffle.add_argument(
+        "--global", dest="global_out", required=True, help="output .npy: globally shuffled prior"
+    )
+    shuffle.add_argument("--validation", required=True, help="output JSON: Table 13 strength and B.2 check")
