@@ -10,6 +10,19 @@ import yaml
 from snakemake.utils import update_config
 
 ROOT = Path(__file__).resolve().parents[1]
+# The smallest toy MoE the unit tests build (3 layers, the first dense; 8 experts, top-2).
+TINY_SPEC = dict(
+    hidden_size=32,
+    num_layers=3,
+    num_experts=8,
+    top_k=2,
+    intermediate_size=48,
+    moe_intermediate_size=16,
+    num_heads=2,
+    kv_lora_rank=16,
+    qk_rope_head_dim=4,
+    max_position_embeddings=128,
+)
 SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.yaml"
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import workflow_scripts.cli as cli
+from tests.conftest import TINY_SPEC
 from workflow_scripts.cli import UserInputError
 from workflow_scripts.models.tokenizer import answer_span_mask, train_tokenizer
 from workflow_scripts.models.toy import (
@@ -31,19 +32,7 @@ from workflow_scripts.priors.compute import (
 from workflow_scripts.priors.stats import prior_stats
 
 MAX_LENGTH = 40
-SPEC = ToyModelSpec(
-    hidden_size=32,
-    num_layers=3,
-    num_experts=8,
-    top_k=2,
-    intermediate_size=48,
-    moe_intermediate_size=16,
-    num_heads=2,
-    kv_lora_rank=16,
-    qk_rope_head_dim=4,
-    max_position_embeddings=128,
-    first_dense_layers=1,
-)
+SPEC = ToyModelSpec(**TINY_SPEC)
 WORDS = ["alpha", "beta", "gamma", "delta", "sum", "of", "the", "is", "code", "print", "def", "x", "y"]
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers
 
+from tests.conftest import TINY_SPEC
 from workflow_scripts.cli import UserInputError
 from workflow_scripts.models.tokenizer import answer_span_mask, train_tokenizer
 from workflow_scripts.models.toy import ToyModelSpec, build_toy_model, load_local, save_toy_base
@@ -27,18 +28,7 @@ from workflow_scripts.probe.routes import (
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates
 
 MAX_LENGTH = 32
-SMALL = ToyModelSpec(
-    hidden_size=32,
-    num_layers=3,
-    num_experts=8,
-    top_k=2,
-    intermediate_size=48,
-    moe_intermediate_size=16,
-    num_heads=2,
-    kv_lora_rank=16,
-    qk_rope_head_dim=4,
-    max_position_embeddings=64,
-)
+SMALL = ToyModelSpec(**TINY_SPEC)
 LARGE = ToyModelSpec(
     hidden_size=64,
     num_layers=4,
