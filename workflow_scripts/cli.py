@@ -34,6 +34,12 @@ class UserInputError(Exception):
     """Bad input (file, column, key, value): reported as one clear line, without a traceback."""
 
 
+def add_stage(stages: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
+    """Register a stage (``python -m workflow_scripts <name> ...``); returns where its commands go."""
+    stage = stages.add_parser(name, help=help)
+    return stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+
 def add_command(
     commands: argparse._SubParsersAction,
     name: str,

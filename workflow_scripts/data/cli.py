@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from workflow_scripts.atomic import atomic_path, write_json
-from workflow_scripts.cli import UserInputError, add_command, json_argument
+from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
 
 FORMAT_CHOICES = ("glm_sharegpt", "openr1")
 
@@ -98,8 +98,7 @@ def run_build(args: argparse.Namespace) -> None:
 
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``data`` stage and its commands."""
-    stage = stages.add_parser("data", help="raw sources, corpus scoring and selection (Appendix F.2)")
-    commands = stage.add_subparsers(dest="command", required=True)
+    commands = add_stage(stages, "data", "raw sources, corpus scoring and selection (Appendix F.2)")
 
     toy = add_command(
         commands, "toy-raw", run_toy_raw, "write a toy raw source in a real source schema", outputs=("out",)

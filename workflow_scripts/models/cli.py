@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import UserInputError, add_command, json_argument
+from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
 
 
 def run_download(args: argparse.Namespace) -> None:
@@ -116,8 +116,7 @@ def run_toy_base(args: argparse.Namespace) -> None:
 
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``models`` stage and its commands."""
-    stage = stages.add_parser("models", help="base checkpoints: pinned hub downloads or toy bases")
-    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = add_stage(stages, "models", "base checkpoints: pinned hub downloads or toy bases")
 
     download = add_command(
         commands,

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import UserInputError, add_command
+from workflow_scripts.cli import UserInputError, add_command, add_stage
 
 SPLIT_COLUMNS = ("row_id", "prompt", "answer")
 
@@ -116,10 +116,15 @@ def run_shuffle(args: argparse.Namespace) -> None:
     write_json(args.validation, {"seed": args.seed, "strength": strength, "community_check": check})
 
 
+def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
+    """The prior clamp [eps/E, C/E] of eq. (3), shared by every command that reads a prior's bias."""
+    parser.add_argument("--clip-eps", type=float, default=0.05, help="clamp lower numerator (eps/E)")
+    parser.add_argument("--clip-c", type=float, default=5.0, help="clamp upper numerator (C/E)")
+
+
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``priors`` stage and its commands."""
-    stage = stages.add_parser("priors", help="frozen-base Q/A routing priors (eq. 2, Appendix F.7)")
-    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = add_stage(stages, "priors", "frozen-base Q/A routing priors (eq. 2, Appendix F.7)")
 
     compute = add_command(
         commands,
@@ -140,8 +145,7 @@ def register(stages: argparse._SubParsersAction) -> None:
     compute.add_argument(
         "--max-length", type=int, required=True, help="tokens kept per row (training sequence length)"
     )
-    compute.add_argument("--clip-eps", type=float, default=0.05, help="clamp lower numerator (eps/E)")
-    compute.add_argument("--clip-c", type=float, default=5.0, help="clamp upper numerator (C/E)")
+    add_clip_arguments(compute)
 
     shuffle = add_command(
         commands,
@@ -163,8 +167,7 @@ def register(stages: argparse._SubParsersAction) -> None:
     shuffle.add_argument(
         "--rhos", type=float, nargs="+", required=True, help="edge fractions of the B.2 check"
     )
-    shuffle.add_argument("--clip-eps", type=float, default=0.05, help="clamp lower numerator (eps/E)")
-    shuffle.add_argument("--clip-c", type=float, default=5.0, help="clamp upper numerator (C/E)")
+    add_clip_arguments(shuffle)
     shuffle.add_argument("--within", required=True, help="output .npy: within-community shuffled prior")
     shuffle.add_argument(
         "--global", dest="global_out", required=True, help="output .npy: globally shuffled prior"

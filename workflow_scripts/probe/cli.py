@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import atomic_path, write_json
-from workflow_scripts.cli import UserInputError, add_command, json_argument
+from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
 
 POOL_COLUMNS = ("row_id", "prompt", "answer")
 
@@ -140,8 +140,7 @@ def run_retention(args: argparse.Namespace) -> None:
 
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``probe`` stage and its commands."""
-    stage = stages.add_parser("probe", help="bias-free routing probes (§2, Appendix F.8)")
-    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = add_stage(stages, "probe", "bias-free routing probes (§2, Appendix F.8)")
 
     routes = add_command(
         commands,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import add_command, json_argument
+from workflow_scripts.cli import add_command, add_stage, json_argument
 from workflow_scripts.provenance import arguments_hash, code_version, path_digest, software_versions
 
 
@@ -56,8 +56,7 @@ def manifest(args: argparse.Namespace) -> None:
 
 
 def register(stages: argparse._SubParsersAction) -> None:
-    stage = stages.add_parser("provenance", help="provenance manifests of tables and figures")
-    commands = stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = add_stage(stages, "provenance", "provenance manifests of tables and figures")
     parser = add_command(
         commands,
         "manifest",

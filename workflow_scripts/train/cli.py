@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.cli import UserInputError, add_command, json_argument
+from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
 
 
 def train_config(training: Mapping[str, Any]) -> Any:
@@ -133,8 +133,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 
 def register(stages: argparse._SubParsersAction) -> None:
-    parser = stages.add_parser("train", help="local post-training (transformers backend)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = add_stage(stages, "train", "local post-training (transformers backend)")
     run = add_command(
         commands,
         "run",
