@@ -13,12 +13,17 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "rules/captions/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/priors.smk"
 include: "rules/train.smk"
 include: "rules/probe.smk"
+include: "rules/evaluate.smk"
+include: "rules/report.smk"
 include: "rules/provenance.smk"
 
 

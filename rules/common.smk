@@ -1,6 +1,7 @@
 # Registry loading, wildcard constraints, input functions and target lists.
 import json
 import sys
+from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 
@@ -22,6 +23,15 @@ def alternatives(values):
 TRAINS_LOCALLY = config["training"]["backend"] == "hf"
 # A probed run is the base model or one trained (condition, seed).
 PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
+# An evaluated run is the base model (once, not per corpus) or one trained (corpus, condition, seed).
+EVALUATED_RUN = rf"base|(?:{alternatives(config['corpora'])})/(?:{alternatives(config['conditions'])})/s\d+"
+BENCHMARK_ITEMS = expand("results/benchmarks/{benchmark}/items.parquet", benchmark=sorted(config["benchmarks"]))
+SAMPLING = {
+    key: config["evaluation"][key] for key in ("temperature", "top_p", "max_new_tokens", "repeats", "base_seed")
+}
+SANDBOX_LIMITS = json.dumps(
+    {"timeout_s": config["evaluation"]["code_timeout_seconds"], **config["evaluation"]["sandbox"]}, sort_keys=True
+)
 DETECTOR = json.dumps(
     {
         "name": config["probe"]["detector"]["name"],
@@ -41,6 +51,7 @@ wildcard_constraints:
     condition=alternatives(config["conditions"]),
     seed=r"\d+",
     output=alternatives(OUTPUTS),
+    benchmark=alternatives(config["benchmarks"]),
 
 
 def sourced_from(kind, ids):
@@ -109,6 +120,28 @@ def probed_checkpoint(wildcards):
     return f"results/checkpoints/{wildcards.model}/{wildcards.corpus}/{wildcards.run}"
 
 
+def evaluated_checkpoint(wildcards):
+    if wildcards.run == "base":
+        return f"results/models/{wildcards.model}/base"
+    return f"results/checkpoints/{wildcards.model}/{wildcards.run}"
+
+
+def evaluated_run(wildcards):
+    """The identity an evaluation summary records: model, corpus, condition and seed (null for base)."""
+    if wildcards.run == "base":
+        run = {"corpus": None, "condition": registry.BASE, "seed": None}
+    else:
+        corpus, condition, seed = wildcards.run.split("/")
+        run = {"corpus": corpus, "condition": condition, "seed": int(seed[1:])}
+    return json.dumps({"model": wildcards.model, **run}, sort_keys=True)
+
+
+def evaluation_summary(evaluation):
+    if evaluation.condition == registry.BASE:
+        return f"results/evals/{evaluation.model}/base/summary.json"
+    return f"results/evals/{evaluation.model}/{evaluation.corpus}/{evaluation.condition}/s{evaluation.seed}/summary.json"
+
+
 def probe_result(probe):
     """The graph file a probe ends in: the base partition, or a trained run's retention metrics."""
     base = f"results/graphs/{probe.model}/{probe.corpus}"
@@ -127,6 +160,8 @@ def closure_inputs(output_id):
     files += sorted(f"results/priors/{m}/{c}/prior_validation.json" for m, c in closure.prior_validations)
     probes = [p for p in closure.probes if p.condition == registry.BASE or TRAINS_LOCALLY]
     files += sorted(probe_result(p) for p in probes)
+    evaluations = [e for e in closure.evaluations if e.condition == registry.BASE or TRAINS_LOCALLY]
+    files += sorted(evaluation_summary(e) for e in evaluations)
     if TRAINS_LOCALLY:
         files += sorted(checkpoint_dir(t) for t in closure.trainings)
     return files
@@ -147,6 +182,31 @@ def prior_arguments(wildcards, input):
     if "prior" not in input.keys():
         return ""
     return f"--prior {input.prior} --prior-meta {input.prior_meta}"
+
+
+REPORT_CONFIG_KEYS = ("scale", "models", "corpora", "conditions", "benchmarks", "training", "prior", "probe", "evaluation")
+
+
+def report_config(output_id):
+    """The registry slice a table or figure reads: shared sections plus its own entry, as JSON."""
+    section = "tables" if output_id in config["tables"] else "figures"
+    entry = {section: {output_id: config[section][output_id]}}
+    return json.dumps({**{key: config[key] for key in REPORT_CONFIG_KEYS}, **entry}, sort_keys=True)
+
+
+def report_inputs(output_id):
+    """A table's or figure's closure, plus the paper's published values where the paper has numbers."""
+    inputs = {"closure": closure_inputs(output_id)}
+    reference = f"reference/{output_id}.csv"
+    if output_id in config["tables"] and Path(workflow.basedir, reference).is_file():
+        inputs["reference"] = reference
+    return inputs
+
+
+def output_files(output_id):
+    if output_id in config["tables"]:
+        return expand("results/tables/{table}.{ext}", table=output_id, ext=("csv", "md", "tex"))
+    return expand("results/figures/{figure}.{ext}", figure=output_id, ext=("csv", "png", "pdf"))
 
 
 def all_targets():

@@ -7,7 +7,7 @@ localrules:
 
 rule provenance_manifest:
     input:
-        lambda w: closure_inputs(w.output),
+        lambda w: output_files(w.output) + closure_inputs(w.output),
     output:
         "results/provenance/{output}.json",
     params:

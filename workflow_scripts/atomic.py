@@ -41,3 +41,23 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_parquet(table: Any, path: str | os.PathLike[str]) -> None:
+    """Write a ``pyarrow.Table`` atomically with fixed settings and no schema metadata.
+
+    Fixed compression, dictionary and row-group settings and stripped metadata
+    make reruns byte-identical, so checksums in provenance records are stable.
+    """
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        pq.write_table(
+            table.replace_schema_metadata(None),
+            tmp,
+            compression="zstd",
+            compression_level=3,
+            use_dictionary=False,
+            write_statistics=True,
+            row_group_size=64 * 1024,
+        )

@@ -26,6 +26,8 @@ STAGE_MODULES = (
     "workflow_scripts.priors.cli",
     "workflow_scripts.train.cli",
     "workflow_scripts.probe.cli",
+    "workflow_scripts.evaluate.cli",
+    "workflow_scripts.report.cli",
     "workflow_scripts.provenance.cli",
 )
 

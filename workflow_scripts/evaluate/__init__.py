@@ -1,0 +1,1 @@
+"""Evaluation stage: benchmark items, prompts, generation backends, extraction, grading, avg@5."""

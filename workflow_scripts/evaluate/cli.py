@@ -1,0 +1,288 @@
+"""``python -m workflow_scripts evaluate <command>``: benchmark items, generations, scores (§4, F.3-F.5).
+
+    python -m workflow_scripts evaluate items --benchmark gsm8k \\
+        --raw results/benchmarks/gsm8k/raw.parquet --spec '{...}' --shuffle-seed 42 \\
+        --out results/benchmarks/gsm8k/items.parquet
+    python -m workflow_scripts evaluate generate --checkpoint results/models/moonlight/base \\
+        --items results/benchmarks/*/items.parquet --sampling '{...}' --backend hf \\
+        --out results/evals/moonlight/base/generations.parquet
+    python -m workflow_scripts evaluate score --items ... --generations .../generations.parquet \\
+        --run '{"model": "moonlight", ...}' --scores .../scores.parquet --summary .../summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.atomic import write_json, write_parquet
+from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+
+BACKENDS = ("hf", "vllm")
+
+
+def _read_parquet(path: str, what: str) -> Any:
+    import pandas as pd
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as error:
+        raise UserInputError(f"{what} {path}: cannot read parquet ({error})") from error
+
+
+def _read_items(paths: Sequence[str]) -> Any:
+    """All benchmarks' items, one frame; a file lacking an item column is named."""
+    import pandas as pd
+
+    from workflow_scripts.evaluate.items import ITEM_COLUMNS
+
+    frames = []
+    for path in paths:
+        frame = _read_parquet(path, "--items")
+        missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
+        if missing:
+            raise UserInputError(f"--items {path}: missing columns {missing}")
+        frames.append(frame[list(ITEM_COLUMNS)])
+    items = pd.concat(frames, ignore_index=True)
+    duplicated = items.duplicated(["benchmark", "item_id"])
+    if duplicated.any():
+        first = items[duplicated].iloc[0]
+        raise UserInputError(f"--items: item {first['item_id']!r} of {first['benchmark']!r} appears twice")
+    return items
+
+
+def run_fixture(args: argparse.Namespace) -> None:
+    """Copy a benchmark's bundled toy fixture (its real raw schema) to parquet."""
+    import pyarrow as pa
+
+    from workflow_scripts.evaluate.fixtures import read_fixture
+
+    write_parquet(pa.Table.from_pandas(read_fixture(args.benchmark), preserve_index=False), args.out)
+
+
+def run_items(args: argparse.Namespace) -> None:
+    """Normalise a benchmark's raw rows into the item schema, options shuffled once (F.3)."""
+    import pyarrow as pa
+
+    from workflow_scripts.evaluate.items import normalise
+
+    raw = _read_parquet(args.raw, "--raw")
+    try:
+        items = normalise(args.benchmark, raw, args.spec, args.shuffle_seed)
+    except (KeyError, ValueError) as error:
+        raise UserInputError(f"--raw {args.raw}: {error}") from error
+    write_parquet(pa.Table.from_pandas(items, preserve_index=False), args.out)
+    print(f"items: {args.benchmark}: {len(items)} items from {len(raw)} raw rows", file=sys.stderr)
+
+
+def _prompts(checkpoint: str, items: Any) -> list[str]:
+    """Each item's F.3 template rendered through the checkpoint's own chat template."""
+    from transformers import AutoTokenizer
+
+    from workflow_scripts.evaluate.generation import chat_prompts
+    from workflow_scripts.evaluate.templates import render
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
+    return chat_prompts(tokenizer, (render(item) for _, item in items.iterrows()))
+
+
+def _generate_hf(args: argparse.Namespace, prompts: list[str], sampling: Any) -> list[list[Any]]:
+    from workflow_scripts.evaluate.generation import generate_hf
+    from workflow_scripts.models.toy import load_local
+
+    model, tokenizer = load_local(args.checkpoint)
+    try:
+        return generate_hf(model, tokenizer, prompts, sampling, args.batch_size)
+    except ValueError as error:
+        raise UserInputError(f"--checkpoint {args.checkpoint}: {error}") from error
+
+
+def _generate_vllm(args: argparse.Namespace, prompts: list[str], sampling: Any) -> list[list[Any]]:
+    """One vLLM engine per GPU over a contiguous block of prompts, then one merge (data parallel)."""
+    from dataclasses import asdict
+
+    from workflow_scripts.evaluate.generation import Completion, merge_shards, shard_bounds
+
+    bounds = shard_bounds(len(prompts), args.data_parallel)
+    with tempfile.TemporaryDirectory(prefix="vllm-shards-", dir=Path(args.out).parent) as tmp:
+        prompt_file = Path(tmp) / "prompts.json"
+        prompt_file.write_text(json.dumps(prompts))
+        workers = []
+        for index, (start, stop) in enumerate(bounds):
+            out = Path(tmp) / f"shard{index}.json"
+            command = [
+                sys.executable, "-m", "workflow_scripts", "evaluate", "generate-shard",
+                "--checkpoint", args.checkpoint, "--prompts", str(prompt_file),
+                "--start", str(start), "--stop", str(stop),
+                "--sampling", json.dumps(asdict(sampling)), "--engine", json.dumps(args.engine),
+                "--out", str(out),
+            ]  # fmt: skip
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
+            workers.append((out, subprocess.Popen(command, env=env)))
+        failed = [index for index, (_, worker) in enumerate(workers) if worker.wait() != 0]
+        if failed:
+            raise UserInputError(f"vLLM shards {failed} failed; see their output above")
+        results = [json.loads(out.read_text()) for out, _ in workers]
+        results = [[[Completion(**c) for c in repeat] for repeat in shard] for shard in results]
+    return merge_shards(results, bounds)
+
+
+def run_generate(args: argparse.Namespace) -> None:
+    """Sample every item once per repeat seed and store the responses with their seeds."""
+    import pyarrow as pa
+
+    from workflow_scripts.evaluate.generation import GENERATION_COLUMNS, Sampling, rows_for
+
+    items = _read_items(args.items)
+    sampling = Sampling.from_config(args.sampling)
+    prompts = _prompts(args.checkpoint, items)
+    started = time.perf_counter()
+    backend = {"hf": _generate_hf, "vllm": _generate_vllm}[args.backend]
+    completions = backend(args, prompts, sampling)
+    seconds = time.perf_counter() - started
+    keys = list(zip(items["benchmark"], items["item_id"], strict=True))
+    rows = rows_for(keys, completions, sampling)
+    table = pa.Table.from_pylist(rows).select(list(GENERATION_COLUMNS))
+    write_parquet(table, args.out)
+    print(
+        f"generate: {len(rows)} responses ({len(prompts)} prompts x {len(sampling.seeds)} repeats) "
+        f"in {seconds:.1f}s with {args.backend}",
+        file=sys.stderr,
+    )
+
+
+def run_generate_shard(args: argparse.Namespace) -> None:
+    """One data-parallel vLLM worker: prompts ``[start, stop)`` of the prompt file, all repeats."""
+    from dataclasses import asdict
+
+    from workflow_scripts.evaluate.generation import Sampling, generate_vllm
+
+    prompts = json.loads(Path(args.prompts).read_text())[args.start : args.stop]
+    sampling = Sampling(**{**args.sampling, "seeds": tuple(args.sampling["seeds"])})
+    results = generate_vllm(args.checkpoint, prompts, sampling, args.engine)
+    write_json(args.out, [[asdict(c) for c in repeat] for repeat in results])
+
+
+def run_score(args: argparse.Namespace) -> None:
+    """Grade every generation, then write per-item scores and the per-benchmark avg@k summary."""
+    import pyarrow as pa
+
+    from workflow_scripts.evaluate.grading import SCORE_COLUMNS, grade, summarize
+    from workflow_scripts.evaluate.sandbox import Limits
+
+    items = _read_items(args.items)
+    generations = _read_parquet(args.generations, "--generations")
+    started = time.perf_counter()
+    try:
+        scores = grade(items, generations, Limits(**args.limits), args.workers, args.math_timeout)
+        benchmarks = summarize(scores, args.repeats)
+    except ValueError as error:
+        raise UserInputError(f"--generations {args.generations}: {error}") from error
+    write_parquet(pa.Table.from_pandas(scores[list(SCORE_COLUMNS)], preserve_index=False), args.scores)
+    write_json(args.summary, {**args.run, "repeats": args.repeats, "benchmarks": benchmarks})
+    line = ", ".join(f"{name} {entry['score']:.1f}" for name, entry in benchmarks.items())
+    seconds = time.perf_counter() - started
+    print(f"score: {len(scores)} generations in {seconds:.1f}s: {line}", file=sys.stderr)
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    """Add the ``evaluate`` stage and its commands."""
+    commands = add_stage(stages, "evaluate", "benchmarks, sampled generations, grading, avg@5 (§4, F.3-F.5)")
+
+    fixture = add_command(
+        commands,
+        "fixture",
+        run_fixture,
+        "write a benchmark's bundled toy fixture (real raw schema) as parquet",
+        outputs=("out",),
+    )
+    fixture.add_argument("--benchmark", required=True, help="benchmark id of the registry")
+    fixture.add_argument("--out", required=True, help="output raw parquet")
+
+    items = add_command(
+        commands,
+        "items",
+        run_items,
+        "normalise a benchmark's raw rows into the item schema, multiple-choice options shuffled once",
+        inputs=("raw",),
+        outputs=("out",),
+    )
+    items.add_argument("--benchmark", required=True, help="benchmark id of the registry")
+    items.add_argument("--raw", required=True, help="raw parquet (hub download or toy fixture)")
+    items.add_argument("--spec", required=True, type=json_argument, help="the benchmark's registry entry")
+    items.add_argument("--shuffle-seed", type=int, required=True, help="option shuffle seed (F.3: 42)")
+    items.add_argument("--out", required=True, help="output items parquet")
+
+    generate = add_command(
+        commands,
+        "generate",
+        run_generate,
+        "sample every benchmark item once per repeat seed from a checkpoint",
+        inputs=("checkpoint", "items"),
+        outputs=("out",),
+    )
+    generate.add_argument("--checkpoint", required=True, help="checkpoint directory (base or fine-tuned)")
+    generate.add_argument("--items", nargs="+", required=True, help="items parquet files")
+    generate.add_argument(
+        "--sampling",
+        required=True,
+        type=json_argument,
+        help="evaluation settings (JSON: temperature, top_p, max_new_tokens, repeats, base_seed)",
+    )
+    generate.add_argument("--backend", choices=BACKENDS, required=True, help="hf (CPU) or vllm (GPUs)")
+    generate.add_argument("--batch-size", type=int, default=16, help="hf: prompts per generate call")
+    generate.add_argument("--data-parallel", type=int, default=1, help="vllm: engines, one GPU each")
+    generate.add_argument(
+        "--engine", type=json_argument, default={}, help="vllm: extra LLM() arguments (JSON)"
+    )
+    generate.add_argument("--out", required=True, help="output generations parquet")
+
+    shard = add_command(
+        commands,
+        "generate-shard",
+        run_generate_shard,
+        "one data-parallel vLLM worker (started by 'generate --backend vllm')",
+        inputs=("checkpoint", "prompts"),
+        outputs=("out",),
+    )
+    shard.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    shard.add_argument("--prompts", required=True, help="JSON list of rendered prompts")
+    shard.add_argument("--start", type=int, required=True, help="first prompt of this shard")
+    shard.add_argument("--stop", type=int, required=True, help="one past the last prompt of this shard")
+    shard.add_argument("--sampling", type=json_argument, required=True, help="Sampling fields (JSON)")
+    shard.add_argument("--engine", type=json_argument, default={}, help="extra LLM() arguments (JSON)")
+    shard.add_argument("--out", required=True, help="output JSON: [repeat][prompt] completions")
+
+    score = add_command(
+        commands,
+        "score",
+        run_score,
+        "grade stored generations and summarise avg@k per benchmark",
+        inputs=("items", "generations"),
+        outputs=("scores", "summary"),
+    )
+    score.add_argument("--items", nargs="+", required=True, help="items parquet files")
+    score.add_argument("--generations", required=True, help="generations parquet")
+    score.add_argument("--repeats", type=int, required=True, help="repeats per item (avg@k's k)")
+    score.add_argument(
+        "--limits",
+        type=json_argument,
+        required=True,
+        help="sandbox limits (JSON: timeout_s, memory_mb, ...) for code benchmarks",
+    )
+    score.add_argument("--workers", type=int, default=2, help="parallel sandboxed programs")
+    score.add_argument("--math-timeout", type=float, default=5.0, help="seconds per math-verify check")
+    score.add_argument(
+        "--run", type=json_argument, required=True, help="the run's identity (model, corpus, condition, seed)"
+    )
+    score.add_argument("--scores", required=True, help="output parquet: one score per item and repeat")
+    score.add_argument("--summary", required=True, help="output JSON: avg@k per benchmark")

@@ -1,0 +1,215 @@
+"""Sampled generations behind one interface: transformers ``generate`` (CPU, toy) and vLLM (GPU, paper).
+
+Both backends take the same chat-templated prompts and the same ``Sampling`` (F.3:
+temperature 0.6, top-p 0.95, 8,192 new tokens, one repeat per seed 42..46) and
+return the same rows, so grading never knows which engine produced a response.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GENERATION_COLUMNS = (
+    "benchmark",
+    "item_id",
+    "repeat",
+    "seed",
+    "response",
+    "completion_tokens",
+    "finish_reason",
+)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings of every evaluation (F.3); ``seeds[r]`` is the sampling seed of repeat r."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seeds: tuple[int, ...]
+
+    @classmethod
+    def from_config(cls, evaluation: Mapping[str, Any]) -> Sampling:
+        """Repeats seeded ``base_seed``, ``base_seed + 1``, ... as the paper's avg@5 protocol."""
+        first, repeats = evaluation["base_seed"], evaluation["repeats"]
+        return cls(
+            temperature=float(evaluation["temperature"]),
+            top_p=float(evaluation["top_p"]),
+            max_new_tokens=int(evaluation["max_new_tokens"]),
+            seeds=tuple(range(first, first + repeats)),
+        )
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled response to one prompt."""
+
+    text: str
+    tokens: int
+    finish_reason: str
+
+
+def chat_prompts(tokenizer: Any, messages: Iterable[list[dict[str, str]]]) -> list[str]:
+    """Render each conversation through the model's own chat template, ready for the assistant turn."""
+    return [
+        tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True) for turns in messages
+    ]
+
+
+def rows_for(
+    keys: Sequence[tuple[str, str]], completions: Sequence[Sequence[Completion]], sampling: Sampling
+) -> list[dict[str, Any]]:
+    """Generation rows, one per (item, repeat): ``completions[r][i]`` answers prompt i at repeat r."""
+    rows = []
+    for repeat, (seed, batch) in enumerate(zip(sampling.seeds, completions, strict=True)):
+        if len(batch) != len(keys):
+            raise ValueError(f"repeat {repeat}: {len(batch)} completions for {len(keys)} prompts")
+        for (benchmark, item_id), completion in zip(keys, batch, strict=True):
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "item_id": item_id,
+                    "repeat": repeat,
+                    "seed": seed,
+                    "response": completion.text,
+                    "completion_tokens": completion.tokens,
+                    "finish_reason": completion.finish_reason,
+                }
+            )
+    return rows
+
+
+# ----------------------------------------------------------------------------- transformers (hf)
+
+
+def generate_hf(
+    model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling, batch_size: int
+) -> list[list[Completion]]:
+    """Sample every prompt once per repeat with transformers ``generate``; ``[repeat][prompt]``.
+
+    Each repeat reseeds torch with its sampling seed and walks the prompts in a
+    fixed order (sorted by length, to waste little padding), so a repeat is a
+    function of (checkpoint, prompts, seed, batch size). Prompts are left-padded
+    because decoder-only generation continues from the last position.
+    """
+    import torch
+
+    encoded = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+    context = getattr(model.config, "max_position_embeddings", None)
+    for index, ids in enumerate(encoded):
+        if context is not None and len(ids) + sampling.max_new_tokens > context:
+            raise ValueError(
+                f"prompt {index} has {len(ids)} tokens; with {sampling.max_new_tokens} new tokens it "
+                f"exceeds the model's context of {context}"
+            )
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    model.eval()
+    results: list[list[Completion]] = []
+    for seed in sampling.seeds:
+        torch.manual_seed(seed)
+        completions: list[Completion | None] = [None] * len(encoded)
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            width = max(len(encoded[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T), left-padded
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids = encoded[i]
+                input_ids[row, width - len(ids) :] = torch.tensor(ids)
+                attention[row, width - len(ids) :] = 1
+            with torch.no_grad():
+                output = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    do_sample=True,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=0,
+                    max_new_tokens=sampling.max_new_tokens,
+                    pad_token_id=pad,
+                    eos_token_id=eos,
+                )
+            for row, i in enumerate(batch):
+                new = output[row, width:].tolist()
+                finished = eos in new
+                if finished:
+                    new = new[: new.index(eos)]
+                text = tokenizer.decode(new, skip_special_tokens=True)
+                completions[i] = Completion(text, len(new), "stop" if finished else "length")
+        results.append([c for c in completions if c is not None])
+    return results
+
+
+# ----------------------------------------------------------------------------- vLLM
+
+
+def vllm_sampling_kwargs(sampling: Sampling, repeat: int) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one repeat.
+
+    vLLM seeds each request's generator from ``seed``, so a response does not
+    depend on how the engine batches requests; ``n=1`` because the five
+    repeats are separate seeds, not five samples of one seed.
+    """
+    return {
+        "n": 1,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": sampling.max_new_tokens,
+        "seed": sampling.seeds[repeat],
+    }
+
+
+def parse_vllm_outputs(outputs: Sequence[Any]) -> list[Completion]:
+    """``vllm.RequestOutput`` objects (in request order) as completions; an empty output is an error."""
+    completions = []
+    for request in outputs:
+        if not request.outputs:
+            raise ValueError(f"vLLM request {request.request_id} returned no completion")
+        sample = request.outputs[0]
+        completions.append(Completion(sample.text, len(sample.token_ids), str(sample.finish_reason)))
+    return completions
+
+
+def generate_vllm(
+    checkpoint: str, prompts: Sequence[str], sampling: Sampling, engine: Mapping[str, Any]
+) -> list[list[Completion]]:
+    """Sample every prompt once per repeat with an offline vLLM engine on the visible GPUs."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=checkpoint, trust_remote_code=True, **engine)
+    results = []
+    for repeat in range(len(sampling.seeds)):
+        params = SamplingParams(**vllm_sampling_kwargs(sampling, repeat))
+        outputs = llm.generate(list(prompts), params, use_tqdm=False)
+        results.append(parse_vllm_outputs(outputs))
+    return results
+
+
+def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
+    """Contiguous ``[start, stop)`` blocks of ``count`` prompts, one per data-parallel worker."""
+    if shards < 1:
+        raise ValueError(f"need at least one shard, got {shards}")
+    size = math.ceil(count / shards) if count else 0
+    return [(min(s * size, count), min((s + 1) * size, count)) for s in range(shards)]
+
+
+def merge_shards(
+    shard_results: Sequence[Sequence[Sequence[Completion]]], bounds: Sequence[tuple[int, int]]
+) -> list[list[Completion]]:
+    """Reassemble ``[shard][repeat][prompt]`` results into ``[repeat][prompt]``, checking every block."""
+    repeats = {len(result) for result in shard_results}
+    if len(repeats) != 1:
+        raise ValueError(f"shards disagree on the number of repeats: {sorted(repeats)}")
+    merged: list[list[Completion]] = [[] for _ in range(repeats.pop())]
+    for shard, (result, (start, stop)) in enumerate(zip(shard_results, bounds, strict=True)):
+        for repeat, completions in enumerate(result):
+            if len(completions) != stop - start:
+                raise ValueError(f"shard {shard} repeat {repeat}: {len(completions)} of {stop - start}")
+            merged[repeat].extend(completions)
+    return merged

@@ -1,0 +1,159 @@
+"""Grade stored generations: one score in [0, 1] per (item, repeat), by the item's grader (F.3).
+
+Grading reads only the items and the generations, never the model, so a score can
+be recomputed (new grader, new timeout) without regenerating.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workflow_scripts.evaluate.aggregate import avg_at_k
+from workflow_scripts.evaluate.extraction import (
+    extract_choice,
+    extract_code,
+    extract_math_answer,
+    strip_reasoning,
+)
+from workflow_scripts.evaluate.sandbox import Job, Limits, run_all
+
+SCORE_COLUMNS = ("benchmark", "item_id", "repeat", "seed", "score", "extracted")
+# Scores of a group of generations and what was extracted from each response.
+Graded = tuple[list[float], list[str | None]]
+
+
+def humaneval_program(item: Mapping[str, Any], code: str) -> str:
+    """The solution followed by HumanEval's ``check`` on the entry point.
+
+    A response that only gives the body (no ``def entry_point``) is completed
+    from the item's signature prompt, as HumanEval's own harness does.
+    """
+    meta = json.loads(item["metadata"])
+    entry = meta["entry_point"]
+    if f"def {entry}" not in code:
+        code = meta["prompt"] + code
+    return f"{code}\n\n{meta['test']}\n\ncheck({entry})\n"
+
+
+def mbpp_program(item: Mapping[str, Any], code: str) -> str:
+    """The task's setup code and imports, the solution, then every assert of its test list."""
+    meta = json.loads(item["metadata"])
+    header = "\n".join([*meta.get("test_imports", []), meta.get("test_setup_code", "")]).strip()
+    tests = "\n".join(meta["test_list"])
+    return f"{header}\n\n{code}\n\n{tests}\n"
+
+
+PROGRAMS = {"humaneval": humaneval_program, "mbpp": mbpp_program}
+
+
+def livebench_question(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw LiveBench row an item was normalised from (LiveBench's scorers read that schema)."""
+    return {
+        **json.loads(item["metadata"]),
+        "question_id": item["item_id"],
+        "turns": [item["prompt"]],
+        "ground_truth": item["answer"],
+    }
+
+
+def _grade_math(rows: pd.DataFrame, math_timeout_s: float) -> Graded:
+    from workflow_scripts.evaluate.math_equivalence import MathChecker
+
+    extracted = [extract_math_answer(strip_reasoning(text)) for text in rows["response"]]
+    with MathChecker(timeout_s=math_timeout_s) as checker:
+        verdicts = checker.check_many(list(zip(rows["answer"], extracted, strict=True)))
+    return [float(v.correct) for v in verdicts], extracted
+
+
+def _grade_choice(rows: pd.DataFrame) -> Graded:
+    extracted = [
+        extract_choice(strip_reasoning(text), len(choices))
+        for text, choices in zip(rows["response"], rows["choices"], strict=True)
+    ]
+    scores = [float(e is not None and e == gold) for e, gold in zip(extracted, rows["answer"], strict=True)]
+    return scores, extracted
+
+
+def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int) -> Graded:
+    """Run each distinct extracted program once in the sandbox; a response without code scores 0."""
+    extracted = [extract_code(strip_reasoning(text)) for text in rows["response"]]
+    programs: list[str | None] = [
+        None if code is None else PROGRAMS[item["grader"]](item, code)
+        for code, (_, item) in zip(extracted, rows.iterrows(), strict=True)
+    ]
+    distinct = sorted({p for p in programs if p is not None})
+    outcomes = run_all([Job(source) for source in distinct], limits, workers)
+    passed = {source: outcome.status == "passed" for source, outcome in zip(distinct, outcomes, strict=True)}
+    return [float(p is not None and passed[p]) for p in programs], extracted
+
+
+def _grade_livebench(rows: pd.DataFrame, limits: Limits, workers: int) -> Graded:
+    from workflow_scripts.evaluate.livebench.scoring import score_many
+
+    questions = [livebench_question(item) for _, item in rows.iterrows()]
+    scores = score_many(questions, list(rows["response"]), workers=workers, limits=limits)
+    return [float(s) for s in scores], [None] * len(rows)
+
+
+def grade(
+    items: pd.DataFrame,
+    generations: pd.DataFrame,
+    limits: Limits,
+    workers: int,
+    math_timeout_s: float,
+) -> pd.DataFrame:
+    """Score every generation against its item; a generation without an item is an error naming it."""
+    merged = generations.merge(
+        items, on=["benchmark", "item_id"], how="left", validate="many_to_one", indicator=True
+    )
+    orphans = merged[merged["_merge"] != "both"]
+    if not orphans.empty:
+        first = orphans.iloc[0]
+        raise ValueError(
+            f"{len(orphans)} generations have no item, e.g. benchmark {first['benchmark']!r} "
+            f"item {first['item_id']!r}"
+        )
+    scores = np.zeros(len(merged))
+    extracted: list[str | None] = [None] * len(merged)
+    for grader, rows in merged.groupby("grader", sort=True):
+        if grader == "math":
+            values, found = _grade_math(rows, math_timeout_s)
+        elif grader == "multiple_choice":
+            values, found = _grade_choice(rows)
+        elif grader in PROGRAMS:
+            values, found = _grade_code(rows, limits, workers)
+        elif grader == "livebench":
+            values, found = _grade_livebench(rows, limits, workers)
+        else:
+            raise ValueError(f"unknown grader {grader!r} (benchmark {rows['benchmark'].iloc[0]!r})")
+        positions = merged.index.get_indexer(rows.index)
+        scores[positions] = values
+        for position, value in zip(positions, found, strict=True):
+            extracted[position] = value
+    result = merged[["benchmark", "item_id", "repeat", "seed"]].copy()
+    result["score"] = scores
+    result["extracted"] = pd.Series(extracted, index=result.index, dtype="object")
+    return result.sort_values(["benchmark", "item_id", "repeat"], kind="stable").reset_index(drop=True)
+
+
+def summarize(scores: pd.DataFrame, repeats: int) -> dict[str, dict[str, Any]]:
+    """Per benchmark: the repeat scores (percent), their avg@k and sample sd, and the item count (F.5)."""
+    summary = {}
+    for benchmark, rows in scores.groupby("benchmark", sort=True):
+        per_repeat = rows.groupby("repeat")["score"].mean().reindex(range(repeats))
+        if per_repeat.isna().any():
+            missing = per_repeat.index[per_repeat.isna()].tolist()
+            raise ValueError(f"benchmark {benchmark!r} has no scores for repeats {missing}")
+        repeat_scores = [100.0 * float(v) for v in per_repeat]
+        summary[str(benchmark)] = {
+            "score": avg_at_k(repeat_scores),
+            "repeat_scores": repeat_scores,
+            "repeat_sd": float(np.std(repeat_scores, ddof=1)) if repeats > 1 else None,
+            "items": int(rows["item_id"].nunique()),
+        }
+    return summary

@@ -1,0 +1,1 @@
+"""Report stage: every paper table and figure from tidy result frames, with the paper's values beside."""
