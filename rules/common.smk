@@ -8,6 +8,7 @@ sys.path.insert(0, workflow.basedir)
 from workflow_scripts import registry
 
 registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.yaml")
+registry.cap_seeds(config)
 
 OUTPUTS = registry.outputs(config)
 NEVER = "(?!x)x"  # a wildcard pattern nothing matches: the rule does not apply at this scale

@@ -153,7 +153,9 @@ def test_registry_encodes_the_paper_grid(paper_config):
     assert interventions["within_hard"] == ("rpb_hard", None, "shuffled_within")
     assert interventions["global_hard"] == ("rpb_hard", None, "shuffled_global")
     assert sorted(c["tables"]) == sorted(f"table{i}" for i in range(1, 20))
-    assert sorted(c["figures"]) == ["figure1", "figure2", "figure3"]
+    paper_figures = ["figure1", "figure2", "figure3"]
+    extra_plots = ["beta_sweep", "coactivation_heatmaps", "rho_sensitivity"]
+    assert sorted(c["figures"]) == sorted(paper_figures + extra_plots)
 
 
 def test_table2_closure_is_its_caption(paper_config):
@@ -216,3 +218,24 @@ def test_every_output_has_a_closure(paper_config):
         assert result.corpora or output_id == "table1"
     with pytest.raises(RegistryError, match="unknown table or figure 'table20'"):
         closure(paper_config, "table20")
+
+
+def test_seed_cap_keeps_the_first_seeds_of_every_cell(paper_config):
+    """The toy overlay's seeds_per_cell trims each cell's seeds, keeping a cell's only seed (s43)."""
+    validate_config(paper_config, str(SCHEMA))
+    paper_config["seeds_per_cell"] = 1
+    registry.cap_seeds(paper_config)
+    table5 = closure(paper_config, "table5")
+    assert {t.seed for t in table5.trainings} == {42}
+    table19 = closure(paper_config, "table19")
+    coding_within_soft = {
+        (t.corpus, t.condition, t.seed) for t in table19.trainings if t.condition == "within_soft"
+    }
+    assert coding_within_soft == {("math20k", "within_soft", 42), ("coding20k", "within_soft", 43)}
+
+
+def test_no_seed_cap_keeps_the_paper_grid(paper_config):
+    before = closure(paper_config, "table2")
+    registry.cap_seeds(paper_config)
+    assert closure(paper_config, "table2") == before
+    assert len(before.trainings) == 2 * 3 * 3

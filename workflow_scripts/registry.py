@@ -252,6 +252,24 @@ def closure(config: Mapping[str, Any], output_id: str) -> Closure:
     )
 
 
+def cap_seeds(config: dict[str, Any]) -> None:
+    """Keep the first ``seeds_per_cell`` seeds of every cell, in place (null keeps them all).
+
+    Applied once after validation, so the closure, the rules and the report code
+    all see the same (smaller) grid; a cell whose paper seeds are, e.g., only
+    s43 keeps s43.
+    """
+    cap = config.get("seeds_per_cell")
+    if cap is None:
+        return
+    for section in ("tables", "figures"):
+        for entry in config[section].values():
+            for cell in entry["cells"]:
+                for key in ("eval_seeds", "probe_seeds"):
+                    if key in cell:
+                        cell[key] = cell[key][:cap]
+
+
 def validate_config(config: dict[str, Any], schema: str) -> None:
     """Validate ``config`` against the JSON schema, then its references; one-line errors naming the key.
 
