@@ -191,7 +191,13 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(HfApi=FakeApi))
     out, manifest = tmp_path / "raw" / "Math.parquet", tmp_path / "raw" / "Math.manifest.json"
     args = types.SimpleNamespace(
-        repo="org/data", revision="main", subset="Math", split="train", out=str(out), manifest=str(manifest)
+        repo="org/data",
+        revision="main",
+        subset="Math",
+        split="train",
+        gated=False,
+        out=str(out),
+        manifest=str(manifest),
     )
     run_download(args)
     record = json.loads(manifest.read_text())
@@ -206,6 +212,8 @@ def test_download_without_datasets_is_a_user_error(tmp_path: Path, monkeypatch: 
     monkeypatch.setitem(sys.modules, "datasets", None)  # import raises ImportError
     from workflow_scripts.cli import UserInputError
 
-    args = types.SimpleNamespace(repo="r/d", revision="x", subset="s", split="train", out="o", manifest="m")
+    args = types.SimpleNamespace(
+        repo="r/d", revision="x", subset="s", split="train", gated=False, out="o", manifest="m"
+    )
     with pytest.raises(UserInputError, match="datasets"):
         run_download(args)

@@ -55,6 +55,13 @@ def run_download(args: argparse.Namespace) -> None:
         ) from error
     from workflow_scripts.provenance import file_sha256
 
+    if args.gated and huggingface_hub.get_token() is None:
+        # Checked before any hub call, so a missing token fails in one clear line, not a 401 deep in datasets.
+        raise UserInputError(
+            f"{args.repo} (config {args.subset}) is a gated dataset and no Hugging Face token was found: "
+            f"accept its terms at https://huggingface.co/datasets/{args.repo} while logged in, then set "
+            "HF_TOKEN to a read token or run 'huggingface-cli login'"
+        )
     # Resolve the requested ref once and load that commit, so rows and manifest cannot disagree.
     sha = huggingface_hub.HfApi().dataset_info(args.repo, revision=args.revision).sha
     dataset = datasets.load_dataset(args.repo, args.subset, split=args.split, revision=sha)
@@ -127,6 +134,11 @@ def register(stages: argparse._SubParsersAction) -> None:
     download.add_argument("--split", default="train", help="split name")
     download.add_argument("--out", required=True, help="output parquet")
     download.add_argument("--manifest", required=True, help="output JSON: repo, revisions, rows, sha256")
+    download.add_argument(
+        "--gated",
+        action="store_true",
+        help="the dataset is gated (e.g. Idavidrein/gpqa): fail before any download when no hub token is set",
+    )
 
     build = add_command(
         commands,

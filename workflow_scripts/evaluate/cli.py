@@ -73,14 +73,16 @@ def run_items(args: argparse.Namespace) -> None:
     """Normalise a benchmark's raw rows into the item schema, options shuffled once (F.3)."""
     import pyarrow as pa
 
-    from workflow_scripts.evaluate.items import normalise
+    from workflow_scripts.evaluate.items import ITEM_COLUMNS, normalise
 
     raw = _read_parquet(args.raw, "--raw")
     try:
         items = normalise(args.benchmark, raw, args.spec, args.shuffle_seed)
     except (KeyError, ValueError) as error:
         raise UserInputError(f"--raw {args.raw}: {error}") from error
-    write_parquet(pa.Table.from_pandas(items, preserve_index=False), args.out)
+    # Explicit types: a benchmark without options must still store ``choices`` as a list of strings.
+    schema = pa.schema([(c, pa.list_(pa.string()) if c == "choices" else pa.string()) for c in ITEM_COLUMNS])
+    write_parquet(pa.Table.from_pandas(items, schema=schema, preserve_index=False), args.out)
     print(f"items: {args.benchmark}: {len(items)} items from {len(raw)} raw rows", file=sys.stderr)
 
 
