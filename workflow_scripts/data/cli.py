@@ -16,26 +16,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workflow_scripts.atomic import atomic_path, write_json
+from workflow_scripts.atomic import atomic_path, write_json, write_parquet
 from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
 
 FORMAT_CHOICES = ("glm_sharegpt", "openr1")
-
-
-def write_parquet(table, path: str | Path) -> None:
-    """Write ``table`` atomically with fixed settings and no schema metadata, so reruns are byte-identical."""
-    import pyarrow.parquet as pq
-
-    with atomic_path(path) as tmp:
-        pq.write_table(
-            table.replace_schema_metadata(None),
-            tmp,
-            compression="zstd",
-            compression_level=3,
-            use_dictionary=False,
-            write_statistics=True,
-            row_group_size=64 * 1024,
-        )
 
 
 def run_toy_raw(args: argparse.Namespace) -> None:
