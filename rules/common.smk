@@ -22,6 +22,8 @@ def alternatives(values):
 # Training runs locally (backend hf); the cluster (megatron) backend lands separately,
 # and until then a paper-scale target holds no trained checkpoint or its probes.
 TRAINS_LOCALLY = config["training"]["backend"] == "hf"
+# Outputs the present stages can build: one with trained cells needs a training backend with rules.
+BUILDABLE = [o for o in OUTPUTS if TRAINS_LOCALLY or not registry.closure(config, o).trainings]
 # A probed run is the base model or one trained (condition, seed).
 PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
 # An evaluated run is the base model (once, not per corpus) or one trained (corpus, condition, seed).
@@ -211,4 +213,4 @@ def output_files(output_id):
 
 
 def all_targets():
-    return expand("results/provenance/{output}.json", output=sorted(OUTPUTS))
+    return expand("results/provenance/{output}.json", output=sorted(BUILDABLE))

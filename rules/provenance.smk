@@ -10,6 +10,8 @@ rule provenance_manifest:
         lambda w: output_files(w.output) + closure_inputs(w.output),
     output:
         "results/provenance/{output}.json",
+    wildcard_constraints:
+        output=alternatives(BUILDABLE),
     params:
         entry=lambda w: json.dumps(OUTPUTS[w.output], sort_keys=True),
         closure=lambda w: json.dumps(registry.closure(config, w.output).as_dict(), sort_keys=True),

@@ -1,0 +1,89 @@
+"""Each table's closure at paper scale, checked on dry runs against what its caption states."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dag import PAPER, PAPER_TRAINED, dry_run
+
+MOONLIGHT_SPLITS = ("math20k", "coding20k")
+
+
+def _units(jobs, rule: str) -> set[tuple]:
+    """(model, corpus, condition, seed) of every job of ``rule``; ``run`` wildcards are unpacked."""
+    units = set()
+    for name, w in jobs:
+        if name != rule:
+            continue
+        if rule == "train_local" or rule == "retention":
+            units.add((w["model"], w["corpus"], w["condition"], int(w["seed"])))
+        elif w["run"] == "base":
+            units.add((w["model"], None, "base", None))
+        else:
+            corpus, condition, seed = w["run"].split("/")
+            units.add((w["model"], corpus, condition, int(seed[1:])))
+    return units
+
+
+def _grid(model, corpora, conditions, seeds) -> set[tuple]:
+    return {(model, c, k, s) for c in corpora for k in conditions for s in seeds}
+
+
+@pytest.fixture(scope="module")
+def closures() -> dict[str, list]:
+    tables = ("table2", "table5", "table12", "table16", "table19")
+    return {table: dry_run(PAPER_TRAINED, f"results/tables/{table}.md") for table in tables}
+
+
+def test_table2_is_two_splits_by_three_methods_by_three_seeds_of_moonlight(closures):
+    jobs = closures["table2"]
+    expected = _grid("moonlight", MOONLIGHT_SPLITS, ("sft", "lbl", "rpb"), (42, 43, 44))
+    assert len(expected) == 18
+    assert _units(jobs, "train_local") == expected
+    assert _units(jobs, "score") == expected
+    assert not _units(jobs, "retention"), "Table 2 reports no routing metric"
+
+
+def test_table5_probes_rpb_on_three_seeds_and_the_shuffles_on_two(closures):
+    jobs = closures["table5"]
+    shuffles = ("within_soft", "within_hard", "global_hard")
+    trained = _grid("moonlight", MOONLIGHT_SPLITS, ("rpb", *shuffles), (42, 43, 44))
+    assert _units(jobs, "train_local") == trained
+    assert _units(jobs, "score") == trained
+    probed = _grid("moonlight", MOONLIGHT_SPLITS, ("rpb",), (42, 43, 44))
+    probed |= _grid("moonlight", MOONLIGHT_SPLITS, shuffles, (42, 43))
+    assert _units(jobs, "retention") == probed
+
+
+def test_table12_is_deepseek_v2_lite_at_one_seed_with_its_base(closures):
+    jobs = closures["table12"]
+    cells = _grid("deepseek_v2_lite", MOONLIGHT_SPLITS, ("sft", "lbl", "rpb", "rpb_hard"), (42,))
+    assert _units(jobs, "train_local") == cells
+    assert _units(jobs, "retention") == cells
+    assert _units(jobs, "score") == cells | {("deepseek_v2_lite", None, "base", None)}
+
+
+def test_table16_adds_the_base_row_to_the_main_interventions(closures):
+    jobs = closures["table16"]
+    cells = _grid("moonlight", MOONLIGHT_SPLITS, ("sft", "lbl", "rpb"), (42, 43, 44))
+    assert _units(jobs, "score") == cells | {("moonlight", None, "base", None)}
+    assert {w["benchmark"] for r, w in jobs if r == "benchmark_items"} == {
+        "gsm8k", "math500", "livebench_math", "humaneval", "mbpp", "livebench_coding",
+        "mmlu", "mmlu_stem", "mmlu_pro", "gpqa", "gpqa_diamond", "livebench_reasoning",
+    }  # fmt: skip
+
+
+def test_table19_coding_within_soft_is_seed_43(closures):
+    jobs = closures["table19"]
+    conditions = ("rpb", "within_soft", "within_hard", "global_hard")
+    expected = _grid("deepseek_v2_lite", ("math20k",), conditions, (42,))
+    expected |= _grid("deepseek_v2_lite", ("coding20k",), ("rpb", "within_hard", "global_hard"), (42,))
+    expected |= {("deepseek_v2_lite", "coding20k", "within_soft", 43)}
+    assert _units(jobs, "train_local") == expected
+    assert _units(jobs, "score") == expected
+
+
+def test_without_a_cluster_training_rule_only_training_free_outputs_are_targets():
+    jobs = dry_run(PAPER)
+    built = {w["output"] for r, w in jobs if r == "provenance_manifest"}
+    assert built == {"table1", "table11", "table13", "figure2"}
