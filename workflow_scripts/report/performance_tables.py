@@ -1,0 +1,443 @@
+"""The paper's performance tables (2, 3, 4, 7, 8, 12, 14, 16-19) from the evaluation summaries.
+
+Each function reads exactly the evaluations its registry closure names and
+follows the seed protocol of its caption (Appendix F.5): multi-seed cells are
+the mean and sample sd across training seeds of the per-seed score (an avg@5,
+or its Overall@9 / twelve-benchmark aggregate); single-seed per-benchmark
+tables (17, 19) and the base rows show the sd over the evaluation repeats.
+Row and column order follow the paper; keys are registry ids.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from workflow_scripts.evaluate.aggregate import SUITE_COLUMNS
+from workflow_scripts.registry import BASE, Evaluation, closure
+from workflow_scripts.report.frames import RUN_KEYS, aggregate_frame, performance_frame, repeat_frame
+from workflow_scripts.report.routing_frames import retention_frame
+from workflow_scripts.report.table import Table, TableInputs, summarize_seeds
+
+# Column order of the paper's nine-benchmark tables (17-19): multi-domain, math, code.
+NINE = (
+    "mmlu_pro",
+    "gpqa_diamond",
+    "livebench_reasoning",
+    "gsm8k",
+    "math500",
+    "livebench_math",
+    "humaneval",
+    "mbpp",
+    "livebench_coding",
+)
+# Column order of the twelve-benchmark Table 16: multi-domain, code, math.
+TWELVE = (
+    "mmlu_stem",
+    "mmlu",
+    "mmlu_pro",
+    "gpqa",
+    "gpqa_diamond",
+    "livebench_reasoning",
+    "humaneval",
+    "mbpp",
+    "livebench_coding",
+    "gsm8k",
+    "math500",
+    "livebench_math",
+)
+CORPUS_KEYS = ("corpus", "condition")
+LABELS = {
+    "corpus": "Dataset",
+    "condition": "Method",
+    "model": "Model",
+    "overall9": "Overall@9",
+    "avg12": "Avg",
+    "id": "ID",
+    "ood": "OOD",
+    "nmi": "Comm. NMI",
+    "id_ood_mean": "(ID+OOD)/2",
+    "delta_rpb": "$\\Delta$ vs. RPB",
+    BASE: "Base",
+}
+
+
+def _labels(config: Mapping[str, Any], **overrides: str) -> dict[str, str]:
+    """Display names: registry names of models, corpora, benchmarks and conditions, then table overrides."""
+    labels = {name: spec["name"] for name, spec in config["models"].items()}
+    labels |= {name: spec["name"] for name, spec in config["corpora"].items()}
+    labels |= {name: spec["name"] for name, spec in config["benchmarks"].items()}
+    labels |= {name: spec["label"] for name, spec in config["conditions"].items()}
+    return labels | LABELS | overrides
+
+
+def _evaluations(inputs: TableInputs, conditions: Sequence[str]) -> frozenset[Evaluation]:
+    """The table's closure evaluations, checked against the conditions the paper's layout places."""
+    evaluations = closure(inputs.config, inputs.table_id).evaluations
+    found = {evaluation.condition for evaluation in evaluations}
+    if found != set(conditions):
+        raise ValueError(
+            f"{inputs.table_id}: the config's cells give conditions {sorted(found)}, "
+            f"the table's layout places {list(conditions)}"
+        )
+    return evaluations
+
+
+def _ordered(
+    rows: pd.DataFrame, config: Mapping[str, Any], keys: Sequence[str], orders: Mapping[str, Sequence[Any]]
+) -> pd.DataFrame:
+    """Rows sorted key by key in the paper's order (corpora in registry order, the base row's None first)."""
+    orders = {"corpus": [None, *config["corpora"]], **orders}
+    ranks = []
+    for key in keys:
+        order = list(orders[key])
+        values = [None if pd.isna(value) else value for value in rows[key]]
+        unknown = sorted({str(value) for value in values if value not in order})
+        if unknown:
+            raise ValueError(f"rows hold {key} values {unknown} outside the table's layout {order}")
+        ranks.append([order.index(value) for value in values])
+    position = sorted(range(len(rows)), key=lambda index: tuple(rank[index] for rank in ranks))
+    return rows.iloc[position].reset_index(drop=True)
+
+
+def _summarize(frame: pd.DataFrame, keys: Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
+    """Mean ± sample sd over training seeds (F.5); a base row has no seed, so its counts are 0."""
+    rows = summarize_seeds(frame, keys, columns)
+    if "condition" in rows.columns:
+        unseeded = rows["condition"] == BASE
+        for column in columns:
+            rows.loc[unseeded, f"{column}_n"] = 0
+    return rows
+
+
+def _seed_note(evaluations: Iterable[Evaluation]) -> str:
+    """The seed protocol of the table's trained rows (F.5), for its notes."""
+    seeds = sorted({e.seed for e in evaluations if e.seed is not None})
+    names = " / ".join(f"s{seed}" for seed in seeds)
+    if len(seeds) == 1:
+        return f"Single training seed ({names}); each score is an avg@5."
+    return f"Mean ± sample sd across training seeds ({names}); each seed score is an avg@5."
+
+
+def _aggregates(inputs: TableInputs, evaluations: Iterable[Evaluation], suite: str) -> pd.DataFrame:
+    return aggregate_frame(performance_frame(inputs.results, evaluations), inputs.config, suite)
+
+
+def _table(
+    inputs: TableInputs, keys: Sequence[str], columns: Sequence[str], rows: pd.DataFrame, **kw: Any
+) -> Table:
+    title = inputs.config["tables"][inputs.table_id]["title"]
+    return Table(
+        table_id=inputs.table_id, title=title, keys=tuple(keys), columns=tuple(columns), rows=rows, **kw
+    )
+
+
+def _overall9_table(
+    inputs: TableInputs,
+    conditions: Sequence[str],
+    columns: Sequence[str],
+    labels: Mapping[str, str],
+    bold: bool,
+) -> Table:
+    """Corpus x condition rows of Overall@9-suite aggregates, mean ± sd across seeds (Tables 2, 3, 7)."""
+    evaluations = _evaluations(inputs, conditions)
+    seeds = _aggregates(inputs, evaluations, "overall9")
+    rows = _ordered(
+        _summarize(seeds, CORPUS_KEYS, columns), inputs.config, CORPUS_KEYS, {"condition": conditions}
+    )
+    return _table(
+        inputs,
+        CORPUS_KEYS,
+        columns,
+        rows,
+        labels=labels,
+        bold=dict.fromkeys(columns, "max") if bold else {},
+        block="corpus",
+        notes=(_seed_note(evaluations), "Aggregates over the nine-benchmark suite (Appendix F.4)."),
+    )
+
+
+def table2(inputs: TableInputs) -> Table:
+    """Table 2: Moonlight ID / OOD over the nine-benchmark suite, mean ± sd across three seeds."""
+    labels = _labels(inputs.config, sft="SFT")
+    return _overall9_table(inputs, ("sft", "lbl", "rpb"), ("id", "ood"), labels, bold=False)
+
+
+def table3(inputs: TableInputs) -> Table:
+    """Table 3: the four anchoring objectives and both baselines, Overall@9, best per corpus in bold."""
+    conditions = ("rpb", "router_l2", "kl_base", "logit_l2", "sft", "lbl")
+    labels = _labels(inputs.config, sft="NoAux / SFT", lbl="LBL (re-applied)")
+    return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
+
+
+def table4(inputs: TableInputs) -> Table:
+    """Table 4: Qwen3-30B-A3B on both corpora and Moonlight on OpenR1-Math, Overall@9 mean ± sd."""
+    conditions = ("rpb", "router_l2", "sft", "lbl")
+    evaluations = _evaluations(inputs, conditions)
+    keys = ("model", "corpus", "condition")
+    seeds = _aggregates(inputs, evaluations, "overall9")
+    rows = _summarize(seeds, keys, ("overall9",))
+    models = ("qwen3_30b", "moonlight")
+    rows = _ordered(rows, inputs.config, keys, {"model": models, "condition": conditions})
+    notes = (_seed_note(evaluations), "Aggregates over the nine-benchmark suite (Appendix F.4).")
+    labels = _labels(inputs.config, sft="NoAux")
+    return _table(inputs, keys, ("overall9",), rows, labels=labels, block="model", notes=notes)
+
+
+def table7(inputs: TableInputs) -> Table:
+    """Table 7: Router-L2 at lambda 1e2 / 1e3 (single seed) and 1e4 (three seeds), Overall@9."""
+    labels = _labels(
+        inputs.config,
+        condition="$\\lambda$",
+        router_l2_1e2="$\\lambda=10^{2}$",
+        router_l2_1e3="$\\lambda=10^{3}$",
+        router_l2="$\\lambda=10^{4}$",
+    )
+    conditions = ("router_l2_1e2", "router_l2_1e3", "router_l2")
+    return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
+
+
+def table8(inputs: TableInputs) -> Table:
+    """Table 8: ST-MoE z-loss, twelve-benchmark mean at a single seed, per corpus and model."""
+    evaluations = _evaluations(inputs, ("zloss",))
+    keys = ("corpus", "model")
+    rows = _summarize(_aggregates(inputs, evaluations, "all12"), keys, ("avg12",))
+    rows = _ordered(rows, inputs.config, keys, {"model": list(inputs.config["models"])})
+    notes = (_seed_note(evaluations), "Avg is the mean over all twelve benchmarks, not Overall@9.")
+    return _table(inputs, keys, ("avg12",), rows, labels=_labels(inputs.config), block="corpus", notes=notes)
+
+
+def table12(inputs: TableInputs) -> Table:
+    """Table 12: DeepSeek-V2-Lite twelve-benchmark ID / OOD / Avg with community NMI, single seed.
+
+    The base model is evaluated once; its row repeats in every corpus block,
+    with ID and OOD split by that corpus' domain.
+    """
+    conditions = (BASE, "sft", "lbl", "rpb", "rpb_hard")
+    evaluations = _evaluations(inputs, conditions)
+    performance = performance_frame(inputs.results, evaluations)
+    trained = performance[performance["condition"] != BASE]
+    base = performance[performance["condition"] == BASE]
+    corpora = [corpus for corpus in inputs.config["corpora"] if corpus in set(trained["corpus"])]
+    performance = pd.concat([trained, *(base.assign(corpus=corpus) for corpus in corpora)], ignore_index=True)
+    seeds = aggregate_frame(performance, inputs.config, "all12")
+    probes = closure(inputs.config, inputs.table_id).probes
+    retention = retention_frame(inputs.results, probes)[[*RUN_KEYS, "nmi"]]
+    retention = retention.astype({"seed": "Int64"})
+    seeds = seeds.merge(retention, on=list(RUN_KEYS), how="left")
+    columns = ("id", "ood", "avg12", "nmi")
+    rows = _ordered(
+        _summarize(seeds, CORPUS_KEYS, columns), inputs.config, CORPUS_KEYS, {"condition": conditions}
+    )
+    notes = (
+        _seed_note(evaluations),
+        "ID, OOD and Avg aggregate all twelve benchmarks; Comm. NMI is against the base partition.",
+        "The Base rows' Comm. NMI (the base partition against itself) is not measured.",
+    )
+    labels = _labels(inputs.config, sft="SFT")
+    return _table(
+        inputs, CORPUS_KEYS, columns, rows, labels=labels, block="corpus", notes=notes, digits={"nmi": 3}
+    )
+
+
+def _hardness_label(config: Mapping[str, Any], condition: str) -> str:
+    """Table 14's Prior and Constraint columns as label text, from the condition's registry entry."""
+    spec = config["conditions"][condition]
+    kind = spec["prior"]
+    prior = "base prior" if kind == BASE else f"{kind.removeprefix('shuffled_')}-shuffled prior"
+    constraint = "hard" if spec["intervention"] == "rpb_hard" else "soft"
+    return f"{spec['label']} ({prior}, {constraint})"
+
+
+def table14(inputs: TableInputs) -> Table:
+    """Table 14: hardness vs shuffle scope; ID, OOD, (ID+OOD)/2 and its difference from RPB per corpus."""
+    conditions = ("rpb", "rpb_hard", "within_hard", "global_hard")
+    evaluations = _evaluations(inputs, conditions)
+    seeds = _aggregates(inputs, evaluations, "overall9")
+    seeds["id_ood_mean"] = (seeds["id"] + seeds["ood"]) / 2
+    rows = _summarize(seeds, CORPUS_KEYS, ("id", "ood", "id_ood_mean"))
+    rows = _ordered(rows, inputs.config, CORPUS_KEYS, {"condition": conditions})
+    reference = rows[rows["condition"] == "rpb"].set_index("corpus")["id_ood_mean"]
+    rows["delta_rpb"] = (rows["id_ood_mean"] - rows["corpus"].map(reference)).where(
+        rows["condition"] != "rpb"
+    )
+    rows["delta_rpb_sd"] = math.nan
+    rows["delta_rpb_n"] = rows["id_ood_mean_n"]
+    labels = _labels(inputs.config, **{c: _hardness_label(inputs.config, c) for c in conditions})
+    notes = (
+        _seed_note(evaluations),
+        "Δ vs. RPB is the row's (ID+OOD)/2 minus the RPB row's in the same corpus (the reference).",
+    )
+    columns = ("id", "ood", "id_ood_mean", "delta_rpb")
+    return _table(inputs, CORPUS_KEYS, columns, rows, labels=labels, block="corpus", notes=notes)
+
+
+def _by_run(frame: pd.DataFrame) -> Iterator[tuple[dict[str, Any], pd.DataFrame]]:
+    """Groups of ``frame`` per run, the run's keys with None where it has no corpus or seed."""
+    for values, group in frame.groupby(list(RUN_KEYS), sort=False, dropna=False):
+        yield {key: None if pd.isna(v) else v for key, v in zip(RUN_KEYS, values, strict=True)}, group
+
+
+def _wide(performance: pd.DataFrame, benchmarks: Sequence[str], value: str) -> pd.DataFrame:
+    """One row per run with one column per benchmark; a benchmark a run lacks raises naming both."""
+    records = []
+    for run, group in _by_run(performance):
+        scores = dict(zip(group["benchmark"], group[value], strict=True))
+        missing = [name for name in benchmarks if name not in scores]
+        if missing:
+            raise ValueError(f"run {run}: no scores for benchmarks {missing}")
+        records.append({**run, **{name: scores[name] for name in benchmarks}})
+    return pd.DataFrame(records, columns=[*RUN_KEYS, *benchmarks]).astype({"seed": "Int64"})
+
+
+def _runs(
+    inputs: TableInputs, evaluations: Iterable[Evaluation], benchmarks: Sequence[str], suite: str
+) -> pd.DataFrame:
+    """Per run: the benchmark scores, their repeat sds (``{b}_sd``) and the suite aggregate."""
+    performance = performance_frame(inputs.results, evaluations)
+    aggregate = SUITE_COLUMNS[suite]
+    sds = _wide(performance, benchmarks, "repeat_sd")
+    return (
+        _wide(performance, benchmarks, "score")
+        .merge(sds, on=list(RUN_KEYS), suffixes=("", "_sd"))
+        .merge(aggregate_frame(performance, inputs.config, suite)[[*RUN_KEYS, aggregate]], on=list(RUN_KEYS))
+    )
+
+
+def _repeat_rows(
+    inputs: TableInputs, evaluations: Iterable[Evaluation], benchmarks: Sequence[str], suite: str
+) -> pd.DataFrame:
+    """Single-run rows: avg@5 ± repeat sd per benchmark, suite aggregate ± sd over repeat aggregates."""
+    evaluations = list(evaluations)
+    aggregate = SUITE_COLUMNS[suite]
+    repeats = aggregate_frame(repeat_frame(inputs.results, evaluations), inputs.config, suite)
+    spread = pd.DataFrame(
+        [{**run, f"{aggregate}_sd": group[aggregate].std()} for run, group in _by_run(repeats)],
+        columns=[*RUN_KEYS, f"{aggregate}_sd"],
+    ).astype({"seed": "Int64"})
+    rows = _runs(inputs, evaluations, benchmarks, suite).merge(spread, on=list(RUN_KEYS))
+    seeded = (rows["condition"] != BASE).astype(int)
+    for column in [*benchmarks, aggregate]:
+        rows[f"{column}_n"] = seeded
+    return rows.drop(columns=["model", "seed"])
+
+
+def _per_benchmark(
+    inputs: TableInputs,
+    conditions: Sequence[str],
+    benchmarks: Sequence[str],
+    suite: str,
+    over_repeats: bool,
+) -> pd.DataFrame:
+    """Per-benchmark rows plus the suite aggregate (Tables 16-19).
+
+    Rows spread over seeds (mean ± sample sd of the seed scores) unless
+    ``over_repeats`` or the row is the base model: then the single run's
+    avg@5 with the sd over its evaluation repeats, and the aggregate's sd over
+    the per-repeat aggregates (F.5: "its spread is over the five evaluation
+    repeats").
+    """
+    evaluations = _evaluations(inputs, conditions)
+    single = {e for e in evaluations if over_repeats or e.condition == BASE}
+    columns = [*benchmarks, SUITE_COLUMNS[suite]]
+    parts = []
+    if evaluations - single:
+        parts.append(_summarize(_runs(inputs, evaluations - single, benchmarks, suite), CORPUS_KEYS, columns))
+    if single:
+        parts.append(_repeat_rows(inputs, single, benchmarks, suite))
+    rows = pd.concat(parts, ignore_index=True)
+    return _ordered(rows, inputs.config, CORPUS_KEYS, {"condition": conditions})
+
+
+def _repeat_note(inputs: TableInputs, evaluations: Iterable[Evaluation]) -> str:
+    """Single-seed protocol of Tables 17/19: which seed each row is, and what the ± covers."""
+    counts = pd.Series([e.seed for e in evaluations if e.seed is not None]).value_counts()
+    common = int(counts[counts == counts.max()].index.min())
+    exceptions = sorted(
+        f"{e.corpus} {e.condition}: s{e.seed}" for e in evaluations if e.seed is not None and e.seed != common
+    )
+    repeats = inputs.config["evaluation"]["repeats"]
+    text = f"Single training seed (s{common}" + ("; " + ", ".join(exceptions) if exceptions else "") + ")"
+    return f"{text}; ± is the sample sd over the {repeats} evaluation repeats (avg@{repeats})."
+
+
+def table16(inputs: TableInputs) -> Table:
+    """Table 16: Moonlight per-benchmark (twelve) with the twelve-benchmark Avg; Base row over repeats."""
+    conditions = (BASE, "sft", "lbl", "rpb")
+    rows = _per_benchmark(inputs, conditions, TWELVE, "all12", over_repeats=False)
+    evaluations = _evaluations(inputs, conditions)
+    notes = (
+        _seed_note(evaluations),
+        "The Base row has no training seed: its ± is over the evaluation repeats.",
+        "Avg is the mean over all twelve benchmarks.",
+    )
+    columns = (*TWELVE, "avg12")
+    return _table(
+        inputs,
+        CORPUS_KEYS,
+        columns,
+        rows,
+        labels=_labels(inputs.config, sft="SFT"),
+        bold=dict.fromkeys(columns, "max"),
+        block="corpus",
+        notes=notes,
+    )
+
+
+def _single_seed_table(inputs: TableInputs, conditions: Sequence[str], bold: bool) -> Table:
+    """Nine-benchmark single-seed tables (17, 19): every ± is over the evaluation repeats."""
+    rows = _per_benchmark(inputs, conditions, NINE, "overall9", over_repeats=True)
+    evaluations = _evaluations(inputs, conditions)
+    columns = (*NINE, "overall9")
+    notes = (_repeat_note(inputs, evaluations), "Avg is Overall@9, the mean of the nine benchmark columns.")
+    return _table(
+        inputs,
+        CORPUS_KEYS,
+        columns,
+        rows,
+        labels=_labels(inputs.config, sft="SFT", overall9="Avg"),
+        bold=dict.fromkeys(NINE, "max") if bold else {},  # per benchmark column, not the Avg
+        block="corpus",
+        notes=notes,
+    )
+
+
+def table17(inputs: TableInputs) -> Table:
+    """Table 17: DeepSeek-V2-Lite per-benchmark (nine), single seed, Base / SFT / LBL / RPB."""
+    return _single_seed_table(inputs, (BASE, "sft", "lbl", "rpb"), bold=True)
+
+
+def table18(inputs: TableInputs) -> Table:
+    """Table 18: Moonlight per-benchmark shuffled-prior controls, mean ± sd across three seeds."""
+    conditions = ("rpb", "within_soft", "within_hard", "global_hard")
+    rows = _per_benchmark(inputs, conditions, NINE, "overall9", over_repeats=False)
+    evaluations = _evaluations(inputs, conditions)
+    notes = (
+        _seed_note(evaluations),
+        "Avg is Overall@9, the mean of the nine benchmark columns.",
+    )
+    labels = _labels(inputs.config, overall9="Avg")
+    return _table(inputs, CORPUS_KEYS, (*NINE, "overall9"), rows, labels=labels, block="corpus", notes=notes)
+
+
+def table19(inputs: TableInputs) -> Table:
+    """Table 19: DeepSeek-V2-Lite per-benchmark shuffled-prior controls, single seed."""
+    return _single_seed_table(inputs, ("rpb", "within_soft", "within_hard", "global_hard"), bold=False)
+
+
+TABLES: dict[str, Callable[[TableInputs], Table]] = {
+    "table2": table2,
+    "table3": table3,
+    "table4": table4,
+    "table7": table7,
+    "table8": table8,
+    "table12": table12,
+    "table14": table14,
+    "table16": table16,
+    "table17": table17,
+    "table18": table18,
+    "table19": table19,
+}
