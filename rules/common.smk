@@ -193,7 +193,8 @@ REPORT_CONFIG_KEYS = ("scale", "models", "corpora", "conditions", "benchmarks", 
 def report_config(output_id):
     """The registry slice a table or figure reads: shared sections plus its own entry, as JSON."""
     section = "tables" if output_id in config["tables"] else "figures"
-    entry = {section: {output_id: config[section][output_id]}}
+    entry = {"tables": {}, "figures": {}}
+    entry[section] = {output_id: config[section][output_id]}
     return json.dumps({**{key: config[key] for key in REPORT_CONFIG_KEYS}, **entry}, sort_keys=True)
 
 
