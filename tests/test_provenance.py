@@ -81,3 +81,16 @@ def test_bad_json_argument_is_a_clear_error(tmp_path):
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2
     assert "--entry" in done.stderr and "not valid JSON" in done.stderr
+
+
+def test_repeated_path_arguments_are_each_recorded():
+    from argparse import Namespace
+
+    from workflow_scripts.cli import _path_arguments
+
+    args = Namespace(items=["a.parquet", "b.parquet"], generations="g.parquet", reference=None)
+    assert _path_arguments(args, ("items", "generations", "reference")) == {
+        "items[0]": "a.parquet",
+        "items[1]": "b.parquet",
+        "generations": "g.parquet",
+    }

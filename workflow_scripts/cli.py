@@ -76,7 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _path_arguments(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    """Path arguments by name; a repeated argument (``--items a b``) becomes ``items[0]``, ``items[1]``."""
+    paths = {}
+    for name in names:
+        value = getattr(args, name)
+        if isinstance(value, list):
+            paths.update({f"{name}[{index}]": path for index, path in enumerate(value)})
+        elif value is not None:
+            paths[name] = value
+    return paths
 
 
 def main(argv: Sequence[str] | None = None) -> int:
