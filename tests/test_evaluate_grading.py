@@ -1,0 +1,121 @@
+"""Grading dispatch and avg@k summaries on the bundled fixtures: known-correct and known-wrong answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import load_config
+from workflow_scripts.evaluate.fixtures import read_fixture
+from workflow_scripts.evaluate.grading import grade, humaneval_program, mbpp_program, summarize
+from workflow_scripts.evaluate.items import normalise
+from workflow_scripts.evaluate.sandbox import Limits
+
+LIMITS = Limits(timeout_s=5.0, memory_mb=1024)
+BENCHMARKS = ("gsm8k", "math500", "mmlu_pro", "gpqa_diamond", "humaneval", "mbpp")
+
+
+@pytest.fixture(scope="module")
+def items() -> pd.DataFrame:
+    specs = load_config(toy=True)["benchmarks"]
+    frames = [normalise(name, read_fixture(name), specs[name], 42) for name in BENCHMARKS]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _fence(code: str) -> str:
+    return f"Here is my solution.\n\n```python\n{code}\n```\n"
+
+
+def _correct(item: pd.Series) -> str:
+    """A response that answers the item right, in the format its template asks for."""
+    if item["grader"] == "math":
+        return f"Step by step... so the answer is \\boxed{{{item['answer']}}}."
+    if item["grader"] == "multiple_choice":
+        return f"Brief reasoning.\nAnswer: {item['answer']}"
+    meta = json.loads(item["metadata"])
+    if item["grader"] == "humaneval":
+        return _fence(meta["prompt"] + meta["canonical_solution"])
+    return _fence(meta["code"])
+
+
+def _wrong(item: pd.Series) -> str:
+    if item["grader"] == "math":
+        return "I think it is \\boxed{-987654}."
+    if item["grader"] == "multiple_choice":
+        wrong = next(letter for letter in "ABCD" if letter != item["answer"])
+        return f"Answer: {wrong}"
+    if item["grader"] == "humaneval":
+        meta = json.loads(item["metadata"])
+        return _fence(f"def {meta['entry_point']}(*args, **kwargs):\n    return None")
+    return _fence("def unrelated():\n    raise SystemExit(3)")
+
+
+def _generations(items: pd.DataFrame, respond) -> pd.DataFrame:
+    rows = [
+        {"benchmark": item["benchmark"], "item_id": item["item_id"], "repeat": r, "seed": 42 + r,
+         "response": respond(item, r), "completion_tokens": 1, "finish_reason": "stop"}
+        for _, item in items.iterrows()
+        for r in range(2)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_known_correct_answers_score_one_and_wrong_ones_zero(items):
+    generations = _generations(items, lambda item, r: _correct(item) if r == 0 else _wrong(item))
+    scores = grade(items, generations, LIMITS, workers=2, math_timeout_s=10.0)
+    assert len(scores) == len(generations)
+    by_repeat = scores.groupby("repeat")["score"]
+    failures = scores[(scores["repeat"] == 0) & (scores["score"] != 1.0)]
+    assert failures.empty, failures[["benchmark", "item_id", "extracted"]].to_string()
+    assert by_repeat.mean().tolist() == [1.0, 0.0]
+
+
+def test_a_response_without_an_answer_scores_zero(items):
+    scores = grade(items, _generations(items, lambda item, r: "I do not know."), LIMITS, 2, 10.0)
+    assert scores["score"].eq(0.0).all()
+    code = scores[scores["benchmark"].isin(["humaneval", "mbpp"])]
+    assert code["extracted"].isna().all()
+
+
+def test_summary_is_avg_at_k_of_repeat_percentages(items):
+    # Repeat 0 right everywhere, repeat 1 right on the first item of each benchmark only.
+    firsts = set(items.groupby("benchmark")["item_id"].first())
+    generations = _generations(
+        items, lambda item, r: _correct(item) if r == 0 or item["item_id"] in firsts else _wrong(item)
+    )
+    scores = grade(items, generations, LIMITS, workers=2, math_timeout_s=10.0)
+    summary = summarize(scores, repeats=2)
+    assert sorted(summary) == sorted(BENCHMARKS)
+    for name, entry in summary.items():
+        count = int((items["benchmark"] == name).sum())
+        repeats = [100.0, 100.0 / count]
+        assert entry["items"] == count
+        assert entry["repeat_scores"] == pytest.approx(repeats)
+        assert entry["score"] == pytest.approx(np.mean(repeats))
+        assert entry["repeat_sd"] == pytest.approx(np.std(repeats, ddof=1))
+
+
+def test_a_missing_repeat_is_an_error(items):
+    scores = grade(items, _generations(items, lambda item, r: _correct(item)), LIMITS, 2, 10.0)
+    with pytest.raises(ValueError, match="no scores for repeats \\[2\\]"):
+        summarize(scores, repeats=3)
+
+
+def test_a_generation_without_an_item_is_named(items):
+    generations = _generations(items.head(1), lambda item, r: "x")
+    generations.loc[0, "item_id"] = "gsm8k/999"
+    with pytest.raises(ValueError, match="item 'gsm8k/999'"):
+        grade(items, generations, LIMITS, 2, 10.0)
+
+
+def test_code_programs_run_the_benchmarks_own_tests(items):
+    humaneval = items[items["benchmark"] == "humaneval"].iloc[0]
+    meta = json.loads(humaneval["metadata"])
+    body_only = humaneval_program(humaneval, meta["canonical_solution"])
+    assert body_only.startswith(meta["prompt"]) and f"check({meta['entry_point']})" in body_only
+    mbpp = items[items["benchmark"] == "mbpp"].iloc[0]
+    program = mbpp_program(mbpp, "def f(): pass")
+    assert all(test in program for test in json.loads(mbpp["metadata"])["test_list"])
