@@ -99,7 +99,7 @@ rule score:
         limits=SANDBOX_LIMITS,
         workers=config["evaluation"]["grading_workers"],
         math_timeout=config["evaluation"]["math_timeout_seconds"],
-        run=evaluated_run,
+        identity=evaluated_run,
     log:
         "logs/evals/score/{model}/{run}.log",
     conda:
@@ -108,5 +108,5 @@ rule score:
     shell:
         "python -m workflow_scripts evaluate score --items {input.benchmark_items:q} --generations {input.generations:q}"
         " --repeats {params.repeats} --limits {params.limits:q} --workers {params.workers}"
-        " --math-timeout {params.math_timeout} --run {params.run:q}"
+        " --math-timeout {params.math_timeout} --identity {params.identity:q}"
         " --scores {output.scores:q} --summary {output.summary:q} --provenance {output.provenance:q} > {log:q} 2>&1"

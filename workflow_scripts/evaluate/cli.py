@@ -190,7 +190,7 @@ def run_score(args: argparse.Namespace) -> None:
     except ValueError as error:
         raise UserInputError(f"--generations {args.generations}: {error}") from error
     write_parquet(pa.Table.from_pandas(scores[list(SCORE_COLUMNS)], preserve_index=False), args.scores)
-    write_json(args.summary, {**args.run, "repeats": args.repeats, "benchmarks": benchmarks})
+    write_json(args.summary, {**args.identity, "repeats": args.repeats, "benchmarks": benchmarks})
     line = ", ".join(f"{name} {entry['score']:.1f}" for name, entry in benchmarks.items())
     seconds = time.perf_counter() - started
     print(f"score: {len(scores)} generations in {seconds:.1f}s: {line}", file=sys.stderr)
@@ -284,7 +284,7 @@ def register(stages: argparse._SubParsersAction) -> None:
     score.add_argument("--workers", type=int, default=2, help="parallel sandboxed programs")
     score.add_argument("--math-timeout", type=float, default=5.0, help="seconds per math-verify check")
     score.add_argument(
-        "--run", type=json_argument, required=True, help="the run's identity (model, corpus, condition, seed)"
+        "--identity", type=json_argument, required=True, help="model, corpus, condition and seed of the run"
     )
     score.add_argument("--scores", required=True, help="output parquet: one score per item and repeat")
     score.add_argument("--summary", required=True, help="output JSON: avg@k per benchmark")

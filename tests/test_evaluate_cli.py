@@ -1,0 +1,92 @@
+"""The evaluate commands chained as the rules chain them: fixture -> items -> generate (hf) -> score."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import TINY_SPEC, load_config
+from workflow_scripts.cli import main
+from workflow_scripts.models.tokenizer import train_tokenizer
+from workflow_scripts.models.toy import ToyModelSpec, build_toy_model, save_toy_base
+
+BENCHMARKS = ("gsm8k", "mmlu_pro", "humaneval")
+SAMPLING = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8, "repeats": 2, "base_seed": 42}
+LIMITS = {"timeout_s": 5, "memory_mb": 1024, "file_size_mb": 16, "open_files": 64, "processes": 16,
+          "output_bytes": 65536}  # fmt: skip
+IDENTITY = {"model": "moonlight", "corpus": "math20k", "condition": "rpb", "seed": 42}
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("eval")
+    tokenizer = train_tokenizer(["What is 2 + 3? The answer is \\boxed{5}.", "def f(x): return x"] * 8, 300)
+    spec = ToyModelSpec(**{**TINY_SPEC, "max_position_embeddings": 1024})
+    checkpoint = save_toy_base(
+        build_toy_model("qwen3_moe", spec, tokenizer, seed=0), tokenizer, root / "base"
+    )
+    specs = load_config(toy=True)["benchmarks"]
+    for name in BENCHMARKS:
+        raw, items = root / f"{name}.raw.parquet", root / f"{name}.items.parquet"
+        assert main(["evaluate", "fixture", "--benchmark", name, "--out", str(raw)]) == 0
+        assert main([
+            "evaluate", "items", "--benchmark", name, "--raw", str(raw), "--spec", json.dumps(specs[name]),
+            "--shuffle-seed", "42", "--out", str(items), "--provenance", str(root / f"{name}.record.json"),
+        ]) == 0  # fmt: skip
+    items = [str(root / f"{name}.items.parquet") for name in BENCHMARKS]
+    assert main([
+        "evaluate", "generate", "--checkpoint", str(checkpoint), "--items", *items,
+        "--sampling", json.dumps(SAMPLING), "--backend", "hf", "--batch-size", "4",
+        "--out", str(root / "generations.parquet"), "--provenance", str(root / "generate.record.json"),
+    ]) == 0  # fmt: skip
+    assert main([
+        "evaluate", "score", "--items", *items, "--generations", str(root / "generations.parquet"),
+        "--repeats", "2", "--limits", json.dumps(LIMITS), "--workers", "2", "--math-timeout", "10",
+        "--identity", json.dumps(IDENTITY), "--scores", str(root / "scores.parquet"),
+        "--summary", str(root / "summary.json"), "--provenance", str(root / "score.record.json"),
+    ]) == 0  # fmt: skip
+    return root
+
+
+def test_every_item_is_generated_once_per_repeat_seed(evaluated):
+    generations = pd.read_parquet(evaluated / "generations.parquet")
+    items = pd.concat([pd.read_parquet(evaluated / f"{name}.items.parquet") for name in BENCHMARKS])
+    assert len(generations) == 2 * len(items)
+    assert sorted(set(zip(generations["repeat"], generations["seed"], strict=True))) == [(0, 42), (1, 43)]
+    assert not generations.duplicated(["benchmark", "item_id", "repeat"]).any()
+
+
+def test_summary_follows_the_result_contract(evaluated):
+    summary = json.loads((evaluated / "summary.json").read_text())
+    assert {key: summary[key] for key in IDENTITY} == IDENTITY and summary["repeats"] == 2
+    scores = pd.read_parquet(evaluated / "scores.parquet")
+    assert sorted(summary["benchmarks"]) == sorted(BENCHMARKS)
+    for name, entry in summary["benchmarks"].items():
+        rows = scores[scores["benchmark"] == name]
+        per_repeat = [100 * rows[rows["repeat"] == r]["score"].mean() for r in range(2)]
+        assert entry["repeat_scores"] == pytest.approx(per_repeat)
+        assert entry["score"] == pytest.approx(sum(per_repeat) / 2)
+        assert not math.isnan(entry["repeat_sd"])
+
+
+def test_records_checksum_every_items_file(evaluated):
+    record = json.loads((evaluated / "score.record.json").read_text())
+    assert {f"items[{i}]" for i in range(len(BENCHMARKS))} | {"generations"} == set(record["inputs"])
+    assert record["arguments"]["identity"] == IDENTITY
+
+
+def test_items_without_a_column_are_named(evaluated, tmp_path, capsys):
+    broken = tmp_path / "broken.parquet"
+    pd.read_parquet(evaluated / "gsm8k.items.parquet").drop(columns="answer").to_parquet(broken)
+    code = main([
+        "evaluate", "score", "--items", str(broken), "--generations", str(evaluated / "generations.parquet"),
+        "--repeats", "2", "--limits", json.dumps(LIMITS), "--identity", json.dumps(IDENTITY),
+        "--scores", str(tmp_path / "s.parquet"), "--summary", str(tmp_path / "s.json"),
+    ])  # fmt: skip
+    assert code == 2
+    assert f"--items {broken}: missing columns ['answer']" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()
