@@ -86,7 +86,8 @@ def run_fresh() -> tuple[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--log", help="Snakemake log of a finished toy run (default: run one now)")
     parser.add_argument("--cores", type=int, default=2, help="cores the run had (profiles/local: 2)")
     args = parser.parse_args()
@@ -101,7 +102,8 @@ def main() -> None:
     print(f"toy default: {count} jobs in {wall:.0f} s wall ({wall / 60:.1f} min; goal <= 10 min)")
     for rule, runs in sorted(jobs.items(), key=lambda item: -sum(s * t for s, t in item[1])):
         share = sum(s * t for s, t in runs) / busy if busy else 0.0
-        print(f"  {rule:22s} {len(runs):4d} jobs  {sum(s for s, _ in runs) / len(runs):6.1f} s/job  {share:6.1%}")
+        mean = sum(s for s, _ in runs) / len(runs)
+        print(f"  {rule:22s} {len(runs):4d} jobs  {mean:6.1f} s/job  {share:6.1%}")
     outside = 1.0 - busy / (args.cores * wall) if wall else float("nan")
     print(f"share of wall x cores outside jobs (Snakemake, start-up, I/O): {outside:.1%} (goal <= 20%)")
 
