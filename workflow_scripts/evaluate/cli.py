@@ -93,7 +93,8 @@ def _prompts(checkpoint: str, items: Any) -> list[str]:
     from workflow_scripts.evaluate.generation import chat_prompts
     from workflow_scripts.evaluate.templates import render
 
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
+    # Moonlight ships its own (tiktoken-based) tokenizer code with the checkpoint.
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True)
     return chat_prompts(tokenizer, (render(item) for _, item in items.iterrows()))
 
 

@@ -1,0 +1,4 @@
+"""Infinite loop: spins on the CPU forever; only the wall-clock timeout ends it."""
+
+while True:
+    pass

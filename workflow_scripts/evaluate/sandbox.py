@@ -1,0 +1,674 @@
+"""Sandboxed execution of model-written Python programs (HumanEval, MBPP, LiveBench coding).
+
+Each program is written as a file into a fresh temporary directory and run there by this
+interpreter with ``-s -P -B``, a scrubbed environment (minimal ``PATH``, ``LANG``, ``HOME`` and
+``TMPDIR`` set to the directory, ``PYTHONHASHSEED=0``, ``PYTHONUTF8=1``), stdin fed from a file
+holding ``Job.stdin`` (so it ends there), rlimits on address space, CPU seconds, file size and open
+files and no core dumps, and stdout and stderr read concurrently up to ``Limits.output_bytes``
+each: a program that writes more is killed. The directory is removed afterwards, also after a
+kill. ``-s -P -B`` with a replaced environment is ``-I -B`` without ``-E``: ``-E`` would make the
+interpreter ignore ``PYTHONHASHSEED``, and a fixed hash seed keeps set iteration order, and so
+printed output, identical from run to run.
+
+Between the caller and the program sits a launcher (:func:`launcher_main`, this module imported by
+a bare interpreter). It reports its pid and the program's exit status over a pipe, so a program's
+exit code 137 and a death by SIGKILL stay distinct. The program starts with
+``no_new_privs`` set, so set-user-ID binaries give it nothing. The isolation is detected once per
+process (:func:`detect_isolation`):
+
+``Isolation.NAMESPACES`` (root, util-linux ``unshare``): the launcher is pid 1 of new PID,
+network, mount, IPC and UTS namespaces and runs the program as its child.
+
+- When the launcher ends (the program exited, or the caller killed the launcher at the timeout)
+  the kernel kills every process left in the PID namespace, so a program that calls ``setsid()``
+  or double-forks cannot outlive it; the caller waits for that teardown before returning.
+- The network namespace has only a loopback interface, which is down: no connection to anything,
+  including the host's 127.0.0.1 and abstract unix sockets.
+- ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock`` and the program's directory are private
+  tmpfs mounts of ``Limits.file_size_mb`` each: writes there vanish with the namespace and cannot
+  fill a disk. The IPC namespace drops System V shared memory with it.
+- The program runs as an unprivileged uid, distinct per concurrent worker slot of this process
+  (``2**31 + (pid << 8) + slot``, a range no system allocates). File permissions then stop
+  writes and deletes anywhere else, signals cannot reach the caller, and ``RLIMIT_NPROC`` (which
+  does not bind root, and counts per uid) bounds the program's processes and threads. A cgroup
+  ``pids`` limit was the alternative; it needs a writable, delegated cgroup hierarchy (two
+  incompatible versions) and a cgroup to create and remove per run, and it gives no file-system
+  protection, so the uid was chosen.
+  Interpreter directories under a directory that other users cannot enter (pyenv under
+  ``/root``) are bind-mounted read-only into a tmpfs over that directory, which hides the rest.
+
+Memory is bounded per process (RLIMIT_AS), so one program may hold up to ``Limits.processes``
+times ``Limits.memory_mb``; only a cgroup memory limit would bound the sum.
+
+``Isolation.PROCESS_GROUP`` (anything else, announced by one ``RuntimeWarning``): a new session
+whose process group is SIGKILLed at the timeout, and the rlimits except the process count.
+
+A failure of the sandbox itself raises :class:`SandboxError` rather than being scored as a
+failed program. Linux only (namespaces, ``/proc``, ``prctl``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import enum
+import json
+import math
+import os
+import queue
+import resource
+import select
+import signal
+import stat
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+# subprocess, tempfile, shutil and concurrent.futures serve only the caller's side and are
+# imported where used: the launcher imports this module once per program, and they would add
+# tens of milliseconds to every run.
+if TYPE_CHECKING:
+    import subprocess
+
+PROGRAM_NAME = "program.py"
+# World-writable directories of a Linux system; private (and emptied) in the mount namespace.
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+PATH = "/usr/local/bin:/usr/bin:/bin"
+# Program uids: UID_BASE + (pid << 8) + slot, below 2**32 - 1 for pid_max <= 2**22. Nothing allocates
+# uids at or above 2**31 (systemd's conventions avoid them, sssd and container ranges end below), so
+# no real user's files can belong to a program.
+UID_BASE = 1 << 31
+SLOTS_PER_PROCESS = 256
+TMPFS_INODES = 4096
+READ_CHUNK = 65536
+DRAIN_IDLE_S = 0.1  # stop draining output when nothing arrives for this long after the end
+TEARDOWN_S = 30.0  # longest wait for the kernel to empty a PID namespace
+GROUP_POLL_S = 0.005  # how often a process group is checked for survivors
+PROBE_TIMEOUT_S = 30.0
+# Run once under NAMESPACES to confirm them: another uid, and no network.
+PROBE_SOURCE = """\
+import errno, os, socket
+assert os.getuid() != 0, "still root"
+try:
+    socket.create_connection(("127.0.0.1", 9), 1)
+except OSError as exc:
+    assert exc.errno == errno.ENETUNREACH, exc
+else:
+    raise AssertionError("the network is reachable")
+"""
+
+_MS_NOSUID, _MS_NODEV, _MS_RDONLY = 0x2, 0x4, 0x1
+_MS_REMOUNT, _MS_BIND, _MS_REC = 0x20, 0x1000, 0x4000
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one program run."""
+
+    timeout_s: float = 6.0  # wall clock; the program's processes are all SIGKILLed after it
+    memory_mb: int = 2048  # RLIMIT_AS
+    file_size_mb: int = 16  # RLIMIT_FSIZE, and the size of each private tmpfs
+    open_files: int = 64  # RLIMIT_NOFILE
+    processes: int = 32  # processes and threads (RLIMIT_NPROC of the program's own uid)
+    output_bytes: int = 65536  # stdout and stderr each; a program that writes more is killed
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not value > 0:
+                raise ValueError(f"Limits.{field.name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A complete Python program and the text fed to its stdin."""
+
+    source: str
+    stdin: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a program ended.
+
+    ``status`` is "passed" (exit 0), "failed" (non-zero exit), "timeout" (killed at
+    ``Limits.timeout_s``; ``returncode`` None) or "killed" (ended by a signal, ``returncode`` is
+    minus its number, or by writing more than ``Limits.output_bytes``; ``returncode`` None).
+    """
+
+    status: str
+    returncode: int | None
+    stdout: str  # utf-8 with errors="replace", at most Limits.output_bytes bytes
+    stderr: str
+    seconds: float
+
+
+class Isolation(enum.Enum):
+    """How strongly programs are isolated (module docstring)."""
+
+    NAMESPACES = "namespaces"
+    PROCESS_GROUP = "process_group"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed; the program's result is unknown, not wrong."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the launcher needs, passed to it as JSON."""
+
+    status_fd: int
+    workdir: str
+    argv: list[str]
+    env: dict[str, str]
+    rlimits: list[tuple[int, int, int]]  # (resource, soft, hard)
+    uid: int | None  # None: keep the caller's uid
+    tmpfs: list[tuple[str, str]]  # (mount point, tmpfs options), outermost first
+    expose: list[str]  # interpreter directories to bind back, read-only, under those mounts
+
+
+def run(job: Job, limits: Limits = Limits(), *, isolation: Isolation | None = None) -> Outcome:
+    """Run one program in the sandbox; ``isolation`` defaults to :func:`detect_isolation`."""
+    return _execute(job, limits, isolation or detect_isolation())
+
+
+def run_all(
+    jobs: Sequence[Job], limits: Limits = Limits(), workers: int = 2, *, isolation: Isolation | None = None
+) -> list[Outcome]:
+    """Run programs on ``workers`` threads, each launching one sandboxed process; order preserved."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = isolation or detect_isolation()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda job: _execute(job, limits, chosen), jobs))
+
+
+_DETECT_LOCK = threading.Lock()
+_DETECTED: list[Isolation] = []
+
+
+def detect_isolation() -> Isolation:
+    """The strongest isolation this machine supports, probed once per process.
+
+    Falling back to ``PROCESS_GROUP`` issues a single ``RuntimeWarning`` naming the reason and
+    what a program can then do.
+    """
+    if not sys.platform.startswith("linux"):
+        raise SandboxError(f"the sandbox needs Linux (namespaces, /proc, prctl), not {sys.platform}")
+    with _DETECT_LOCK:
+        if not _DETECTED:
+            reason = _namespaces_unavailable()
+            if reason:
+                warnings.warn(degraded_message(reason), RuntimeWarning, stacklevel=2)
+            _DETECTED.append(Isolation.PROCESS_GROUP if reason else Isolation.NAMESPACES)
+        return _DETECTED[0]
+
+
+def _namespaces_unavailable() -> str:
+    """Why namespace isolation cannot be used here ("" when it can), by running a probe program."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return "not running as root"
+    if shutil.which("unshare") is None:
+        return "util-linux `unshare` is not on PATH"
+    try:
+        outcome = _execute(Job(PROBE_SOURCE), Limits(timeout_s=PROBE_TIMEOUT_S), Isolation.NAMESPACES)
+    except (OSError, SandboxError) as exc:
+        return f"the namespace probe failed: {exc}"
+    if outcome.status != "passed":
+        return f"the namespace probe ended {outcome.status}: {outcome.stderr.strip()[-300:]}"
+    return ""
+
+
+def degraded_message(reason: str) -> str:
+    """The warning printed once when programs run without namespaces."""
+    return (
+        f"sandbox: namespace isolation unavailable ({reason}); programs run in a process group "
+        "with rlimits only, as the current user, without PID, network or mount namespaces. "
+        "A program can then reach the network, write and delete wherever this user can, start "
+        "processes without bound, and outlive its timeout by calling setsid(). Run as root with "
+        "util-linux `unshare` for the full sandbox."
+    )
+
+
+_SLOTS: queue.SimpleQueue[int] = queue.SimpleQueue()
+for _slot in range(SLOTS_PER_PROCESS):
+    _SLOTS.put(_slot)
+
+
+def _execute(job: Job, limits: Limits, isolation: Isolation) -> Outcome:
+    """Run ``job`` in a fresh directory under a worker slot's uid; remove the directory after."""
+    import tempfile
+
+    slot = _SLOTS.get()
+    try:
+        workdir = tempfile.mkdtemp(prefix="sandbox-")
+        try:
+            with open(os.path.join(workdir, PROGRAM_NAME), "w", encoding="utf-8") as program:
+                program.write(job.source)
+            uid = UID_BASE + (os.getpid() << 8) + slot if isolation is Isolation.NAMESPACES else None
+            return _launch_and_watch(job, limits, isolation, workdir, uid)
+        finally:
+            _remove_tree(workdir)
+    finally:
+        _SLOTS.put(slot)
+
+
+def program_argv(workdir: str) -> list[str]:
+    """The program's command line: this interpreter, isolated but honouring PYTHONHASHSEED."""
+    return [sys.executable, "-s", "-P", "-B", os.path.join(workdir, PROGRAM_NAME)]
+
+
+def environment(workdir: str) -> dict[str, str]:
+    """The program's whole environment; nothing of the caller's leaks in."""
+    return {
+        "PATH": PATH,
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "PYTHONHASHSEED": "0",
+        "PYTHONUTF8": "1",
+    }
+
+
+def rlimits(limits: Limits, isolation: Isolation) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) set in the program's process before it starts.
+
+    CPU seconds stop a spinning program a little after the wall-clock timeout would; the process
+    count binds only under a uid of its own (``NAMESPACES``), since RLIMIT_NPROC counts every
+    process of the uid and does not bind root.
+    """
+    mib = 1 << 20
+    cpu = math.ceil(limits.timeout_s) + 1
+    out = [
+        (resource.RLIMIT_AS, limits.memory_mb * mib, limits.memory_mb * mib),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_FSIZE, limits.file_size_mb * mib, limits.file_size_mb * mib),
+        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+    if isolation is Isolation.NAMESPACES:
+        out.append((resource.RLIMIT_NPROC, limits.processes, limits.processes))
+    return out
+
+
+def mount_plan(
+    private: Sequence[str], hidden: Sequence[str], interpreter: Sequence[str], size_mb: int
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """tmpfs mounts (outermost first) and the interpreter directories they would hide.
+
+    ``private`` are world-writable directories (emptied, writable by all, sticky), ``hidden`` are
+    directories other users cannot enter that hold the interpreter (emptied, read-only to others).
+    """
+    private_opts = f"mode=1777,size={size_mb}m,nr_inodes={TMPFS_INODES}"
+    mounts = [(d, private_opts) for d in private] + [(d, "mode=0755,size=1m,nr_inodes=256") for d in hidden]
+    mounts.sort(key=lambda mount: mount[0].count("/"))
+    expose = [d for d in interpreter if any(_within(d, mount) for mount, _ in mounts)]
+    return mounts, expose
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _interpreter_dirs() -> list[str]:
+    """The directories this interpreter and its packages are loaded from, none inside another."""
+    dirs = {
+        os.path.realpath(d)
+        for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        + (os.path.dirname(os.path.realpath(sys.executable)),)
+    }
+    return sorted(d for d in dirs if not any(d != other and _within(d, other) for other in dirs))
+
+
+def _closed_to_others(path: str) -> str | None:
+    """The outermost directory on ``path`` that a user other than its owner cannot enter."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        if not os.stat(current).st_mode & stat.S_IXOTH:
+            return current
+    return None
+
+
+def _plan(workdir: str, uid: int | None, status_fd: int, limits: Limits, isolation: Isolation) -> Plan:
+    """The launcher's instructions for one run."""
+    mounts: list[tuple[str, str]] = []
+    expose: list[str] = []
+    if isolation is Isolation.NAMESPACES:
+        interpreter = _interpreter_dirs()
+        hidden = sorted({h for h in map(_closed_to_others, interpreter) if h is not None})
+        private = [d for d in PRIVATE_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+        mounts, expose = mount_plan(private, hidden, interpreter, limits.file_size_mb)
+        mounts.append(
+            (
+                workdir,
+                f"mode=0700,uid={uid},gid={uid},size={limits.file_size_mb}m,nr_inodes={TMPFS_INODES}",
+            )
+        )
+    return Plan(
+        status_fd=status_fd,
+        workdir=workdir,
+        argv=program_argv(workdir),
+        env=environment(workdir),
+        rlimits=rlimits(limits, isolation),
+        uid=uid,
+        tmpfs=mounts,
+        expose=expose,
+    )
+
+
+def _launcher_command(plan: Plan, isolation: Isolation) -> list[str]:
+    """The launcher's command line: this module imported by an isolated interpreter without site."""
+    import shutil
+
+    package_root = os.path.realpath(__file__)
+    for _ in range(__name__.count(".") + 1):
+        package_root = os.path.dirname(package_root)
+    boot = (
+        f"import sys; sys.path.insert(0, {str(package_root)!r}); "
+        f"import {__name__} as m; m.launcher_main(sys.argv[1])"
+    )
+    launcher = [sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(dataclasses.asdict(plan))]
+    if isolation is Isolation.PROCESS_GROUP:
+        return launcher
+    unshare = shutil.which("unshare") or "unshare"
+    namespaces = ["--pid", "--fork", "--kill-child", "--net", "--mount", "--ipc", "--uts"]
+    return [unshare, *namespaces, "--propagation", "private", "--", *launcher]
+
+
+def _launch_and_watch(
+    job: Job, limits: Limits, isolation: Isolation, workdir: str, uid: int | None
+) -> Outcome:
+    """Start the launcher, read its output and status until the program ends, then clean up."""
+    import subprocess
+    import tempfile
+
+    status_read, status_write = os.pipe()
+    plan = _plan(workdir, uid, status_write, limits, isolation)
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(job.stdin.encode("utf-8"))
+        stdin.seek(0)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                _launcher_command(plan, isolation),
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(status_write,),
+                start_new_session=True,
+                env=plan.env,
+                cwd=workdir,
+            )
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            os.close(status_write)
+    namespaced = isolation is Isolation.NAMESPACES
+    with proc, _Watch(proc, status_read, limits.output_bytes, namespaced) as watch:
+        stopped = watch.pump(start + limits.timeout_s)
+        seconds = time.monotonic() - start
+        watch.terminate(kill=stopped is not None)
+        watch.drain()
+        return watch.outcome(stopped, seconds)
+
+
+class _Watch:
+    """Reads a launched program's stdout, stderr and status pipe; kills and reaps what it started."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int, cap: int, namespaced: bool) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self.namespaced = namespaced
+        self.cap = cap
+        self.status_fd = status_fd
+        self.streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+        self.status = bytearray()
+        self.poller = select.poll()
+        self.open = {*self.streams, status_fd}
+        for fd in self.open:
+            os.set_blocking(fd, False)
+            self.poller.register(fd, select.POLLIN)
+
+    def __enter__(self) -> _Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.status_fd)
+
+    def pump(self, deadline: float) -> str | None:
+        """Read until the launcher reports the program's end; else "timeout" or "output" (flood)."""
+        while self.open and not self._reported():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            self._poll(remaining)
+            if self._flooded():
+                return "output"
+        return None
+
+    def terminate(self, kill: bool) -> None:
+        """Stop what is left of the run (all of it if ``kill``) and wait until it is gone.
+
+        ``NAMESPACES``: SIGKILL only the launcher, so that ``unshare`` reaps it; as pid 1 its exit
+        waits for the kernel to kill everything else in its PID namespace, so once ``unshare``
+        has exited nothing of the program is left. ``PROCESS_GROUP``: SIGKILL the session's
+        process group (the launcher, the program and whatever stayed in the group), before
+        reaping its leader so that the group id cannot have been reused, and wait until no
+        member runs.
+        """
+        if self.namespaced:
+            if kill:
+                self._kill_launcher()
+            self.proc.wait()
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        deadline = time.monotonic() + TEARDOWN_S
+        while _group_runs(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise SandboxError(f"the sandbox's processes did not end within {TEARDOWN_S} s of SIGKILL")
+            time.sleep(GROUP_POLL_S)
+
+    def _kill_launcher(self) -> None:
+        """SIGKILL the launcher by the pid it reported, through a pidfd taken while it is unshare's child.
+
+        A launcher that has not reported yet has not started the program: killing the group
+        (``unshare`` and the launcher) is then enough.
+        """
+        if self.status_fd in self.open:
+            self._read(self.status_fd)
+        first, newline, _ = self.status.partition(b"\n")
+        if not (newline and first.startswith(b"pid ")):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            return
+        pid = int(first.removeprefix(b"pid "))
+        with contextlib.suppress(ProcessLookupError):
+            pidfd = os.pidfd_open(pid)
+            try:
+                if _parent_pid(pid) == self.proc.pid:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+
+    def drain(self) -> None:
+        """Read what the program left in its pipes, until they close or stay silent."""
+        while self.open and self._poll(DRAIN_IDLE_S):
+            pass
+
+    def outcome(self, stopped: str | None, seconds: float) -> Outcome:
+        """The program's outcome from how it stopped and the launcher's report."""
+        lines = self.status.decode("utf-8", "replace").splitlines()
+        out, err = (bytes(buf[: self.cap]).decode("utf-8", "replace") for buf in self.streams.values())
+        errors = [line.removeprefix("error ") for line in lines if line.startswith("error ")]
+        if errors:
+            raise SandboxError(f"sandbox launcher failed: {errors[0]}; stderr: {err[-500:]}")
+        if stopped == "timeout":
+            return Outcome("timeout", None, out, err, seconds)
+        if stopped == "output" or self._flooded():
+            return Outcome("killed", None, out, err, seconds)
+        codes = [int(line.removeprefix("exit ")) for line in lines if line.startswith("exit ")]
+        if not codes:
+            raise SandboxError(
+                f"sandbox launcher ended without a status (exit {self.proc.returncode}); {err[-500:]}"
+            )
+        code = codes[0]
+        status = "passed" if code == 0 else "failed" if code > 0 else "killed"
+        return Outcome(status, code, out, err, seconds)
+
+    def _poll(self, seconds: float) -> int:
+        """Read every pipe that is ready within ``seconds``; the number that were."""
+        ready = self.poller.poll(seconds * 1000)
+        for fd, _ in ready:
+            self._read(fd)
+        return len(ready)
+
+    def _reported(self) -> bool:
+        return b"\nexit " in b"\n" + self.status or b"\nerror " in b"\n" + self.status
+
+    def _flooded(self) -> bool:
+        return any(len(buf) > self.cap for buf in self.streams.values())
+
+    def _read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.poller.unregister(fd)
+            self.open.discard(fd)
+        elif fd == self.status_fd:
+            self.status += chunk
+        else:
+            buf = self.streams[fd]
+            buf += chunk[: self.cap + 1 - len(buf)]
+
+
+def _proc_stat(pid: str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return stat_file.read().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _parent_pid(pid: int) -> int | None:
+    fields = _proc_stat(str(pid))
+    return None if fields is None else int(fields[1])
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still alive (zombies are dead and do not count)."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        fields = _proc_stat(entry)
+        if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def _remove_tree(path: str) -> None:
+    """Delete a program's directory, also where the program took permissions off its subdirectories."""
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            sub = os.path.join(root, name)
+            if not os.path.islink(sub):
+                with contextlib.suppress(OSError):
+                    os.chmod(sub, 0o700)
+    import shutil
+
+    shutil.rmtree(path)
+
+
+# The launcher (`launcher_main`), run by its own interpreter: as root and pid 1 of the namespaces,
+# or as the session leader of a process group. Single-threaded, so forking here is safe.
+
+
+def _report(fd: int, line: str) -> None:
+    os.write(fd, (line + "\n").encode("utf-8"))
+
+
+def _libc_call(name: str, *args: object) -> None:
+    """Call a libc function that returns -1 and sets errno on failure; raise OSError then."""
+    if getattr(ctypes.CDLL(None, use_errno=True), name)(*args) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{name}{args}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encoded = [None if s is None else s.encode() for s in (source, target, fstype, data)]
+    _libc_call("mount", *encoded[:3], ctypes.c_ulong(flags), encoded[3])
+
+
+def _private_filesystem(plan: Plan) -> None:
+    """Mount the plan's tmpfs, bind the interpreter back read-only, copy the program in."""
+    program = os.path.join(plan.workdir, PROGRAM_NAME)
+    with open(program, "rb") as host_copy:
+        source = host_copy.read()
+    keep = {d: os.open(d, os.O_PATH | os.O_DIRECTORY) for d in plan.expose}  # before they are hidden
+    for target, options in plan.tmpfs:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        _mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
+    for target, fd in keep.items():
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        os.close(fd)
+    with open(program, "wb") as private_copy:
+        private_copy.write(source)
+
+
+def _become_program(plan: Plan) -> NoReturn:
+    """In the forked child: limits, the program's uid, its directory, then exec the interpreter."""
+    try:
+        for res, soft, hard in plan.rlimits:
+            resource.setrlimit(res, (soft, hard))
+        if plan.uid is not None:
+            os.setgroups([])
+            os.setresgid(plan.uid, plan.uid, plan.uid)
+            os.setresuid(plan.uid, plan.uid, plan.uid)
+        os.chdir(plan.workdir)
+        _libc_call("prctl", *map(ctypes.c_ulong, (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)))
+        os.execve(plan.argv[0], plan.argv, plan.env)
+    except BaseException as exc:  # any failure before exec is reported, never raised
+        _report(plan.status_fd, f"error starting the program: {exc!r}")
+    os._exit(127)
+
+
+def _reap_until(child: int) -> int:
+    """Reap children (as pid 1, also orphans) until ``child`` ends; its exit code (minus signal)."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
+
+
+def launcher_main(plan_json: str) -> NoReturn:
+    """The launcher: report its pid, prepare the namespaces, run the program, report how it ended."""
+    plan = Plan(**json.loads(plan_json))
+    os.set_inheritable(plan.status_fd, False)
+    try:
+        _report(plan.status_fd, f"pid {os.readlink('/proc/self')}")  # as the caller's /proc numbers it
+        if plan.tmpfs:
+            _private_filesystem(plan)
+        child = os.fork()
+        if child == 0:
+            _become_program(plan)
+        _report(plan.status_fd, f"exit {_reap_until(child)}")
+    except BaseException as exc:  # the caller must learn of any launcher failure
+        _report(plan.status_fd, f"error {exc!r}")
+    os._exit(0)
