@@ -88,8 +88,13 @@ def test_topk_overlap_matches_naive_loop():
     rng = np.random.default_rng(2)
     a = np.argsort(rng.random((3, 400, 64)), axis=-1)[..., :6]
     b = np.where(rng.random((3, 400, 1)) < 0.5, a, np.argsort(rng.random((3, 400, 64)), axis=-1)[..., :6])
-    naive = np.mean([len(set(x) & set(y)) / 6 for la, lb in zip(a, b, strict=True)
-                     for x, y in zip(la.tolist(), lb.tolist(), strict=True)])
+    naive = np.mean(
+        [
+            len(set(x) & set(y)) / 6
+            for la, lb in zip(a, b, strict=True)
+            for x, y in zip(la.tolist(), lb.tolist(), strict=True)
+        ]
+    )
     assert topk_overlap(a, b, 6) == pytest.approx(naive, abs=1e-12)
     assert topk_overlap(a, a) == 1.0
     assert topk_overlap(np.array([[0, 1]]), np.array([[1, 0]]), k=2) == 1.0

@@ -27,8 +27,9 @@ from workflow_scripts.probe.metrics import community_nmi
 from workflow_scripts.probe.routes import ProbeTokens, Routes, routes_meta, save_routes
 from workflow_scripts.registry import BASE, closure
 from workflow_scripts.report import figures
-from workflow_scripts.report.figures import FIGURES, FigureInputs
+from workflow_scripts.report.figures import FIGURES
 from workflow_scripts.report.routing_frames import RETENTION_KEYS, ResultFileError
+from workflow_scripts.report.table import ReportInputs
 
 N_TOKENS, BLOCKS = 600, 4
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -167,7 +168,7 @@ def test_match_communities_recovers_a_renumbered_partition():
 
 
 def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tree):
-    data = figures.figure1_data(FigureInputs(config, "figure1", routes_tree))
+    data = figures.figure1_data(ReportInputs(config, "figure1", routes_tree))
     spec = config["models"]["moonlight"]
     experts, layer = spec["experts"], figures.figure_layer(spec["moe_layers"])
     assert set(data["layer"]) == {layer} and set(data["moe_layer"]) == {layer + 1}
@@ -197,7 +198,7 @@ def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tre
 
 
 def test_heatmaps_order_experts_by_base_community(config, routes_tree):
-    data = figures.coactivation_heatmaps_data(FigureInputs(config, "coactivation_heatmaps", routes_tree))
+    data = figures.coactivation_heatmaps_data(ReportInputs(config, "coactivation_heatmaps", routes_tree))
     spec = config["models"]["moonlight"]
     experts, layer = spec["experts"], figures.figure_layer(spec["moe_layers"])
     assert list(dict.fromkeys(data["condition"])) == [BASE, "sft", "lbl", "rpb"]
@@ -225,7 +226,7 @@ def test_figure1_rejects_a_partition_without_labels(config, routes_tree, tmp_pat
     (target / "routes.npz").write_bytes((source / "routes.npz").read_bytes())
     write_json(root / "graphs/moonlight/math20k/base/partition.json", {"detector": _detector(config)})
     with pytest.raises(ResultFileError, match=r"partition\.json: missing key 'labels'"):
-        figures.figure1_data(FigureInputs(config, "figure1", root))
+        figures.figure1_data(ReportInputs(config, "figure1", root))
 
 
 # ------------------------------------------------------------------ prior (figure 2)
@@ -272,7 +273,7 @@ def prior_tree(tmp_path_factory: pytest.TempPathFactory, config: dict) -> Path:
 
 
 def test_figure2_bias_is_the_zero_mean_clipped_log_prior(config, prior_tree):
-    data = figures.figure2_data(FigureInputs(config, "figure2", prior_tree))
+    data = figures.figure2_data(ReportInputs(config, "figure2", prior_tree))
     prior = np.load(prior_tree / "priors/moonlight/math20k/prior.npy")
     experts, layer = prior.shape[-1], figures.figure_layer(prior.shape[2])
     assert set(data["row_id"]) == {101}  # row 0 has an empty Q span
@@ -304,7 +305,7 @@ def test_figure2_needs_a_sample_with_both_spans(config, tmp_path):
     prior = np.full((2, 2, 3, 16), 1 / 16, dtype=np.float32)
     _write_prior(root, np.array([[0, 4], [3, 0]]), prior)
     with pytest.raises(ResultFileError, match=r"meta\.json: key 'token_counts'"):
-        figures.figure2_data(FigureInputs(config, "figure2", root))
+        figures.figure2_data(ReportInputs(config, "figure2", root))
 
 
 # ------------------------------------------------------------------ evaluation and metrics (figure 3, sweeps)
@@ -384,7 +385,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def test_figure3_cells_hold_seed_means_and_sds(config, results_tree):
-    data = figures.figure3_data(FigureInputs(config, "figure3", results_tree))
+    data = figures.figure3_data(ReportInputs(config, "figure3", results_tree))
     expected_cells = {
         "rpb": ("soft", "global"),
         "within_soft": ("soft", "within"),
@@ -405,7 +406,7 @@ def test_figure3_cells_hold_seed_means_and_sds(config, results_tree):
 
 
 def test_beta_sweep_places_conditions_on_the_beta_axis(config, results_tree):
-    data = figures.beta_sweep_data(FigureInputs(config, "beta_sweep", results_tree))
+    data = figures.beta_sweep_data(ReportInputs(config, "beta_sweep", results_tree))
     assert len(data) == 10
     betas = {"sft": 0.0, "rpb_beta050": 0.5, "rpb_beta075": 0.75, "rpb": 1.0}
     for _, row in data.iterrows():
@@ -426,7 +427,7 @@ def test_design_and_beta_reject_conditions_off_their_axis(config):
 
 
 def test_rho_sensitivity_marks_the_main_detector(config, results_tree):
-    data = figures.rho_sensitivity_data(FigureInputs(config, "rho_sensitivity", results_tree))
+    data = figures.rho_sensitivity_data(ReportInputs(config, "rho_sensitivity", results_tree))
     probe = config["probe"]
     per_run = (
         len(probe["robustness_detectors"]) * len(probe["edge_fraction_sweep"]) * len(probe["detector_seeds"])
@@ -445,7 +446,7 @@ def test_rho_sensitivity_needs_the_main_detector_in_the_sweep(config, results_tr
     other = copy.deepcopy(config)
     other["probe"]["detector"]["seed"] = 7
     with pytest.raises(ResultFileError, match="no sweep rows of detector 'louvain' seed 7"):
-        figures.rho_sensitivity_data(FigureInputs(other, "rho_sensitivity", results_tree))
+        figures.rho_sensitivity_data(ReportInputs(other, "rho_sensitivity", results_tree))
 
 
 # ------------------------------------------------------------------ plots
@@ -459,7 +460,7 @@ def test_plots_render_from_the_data_and_from_its_csv(
         figure_id, results_tree
     )
     compute, plot = FIGURES[figure_id]
-    data = compute(FigureInputs(config, figure_id, root))
+    data = compute(ReportInputs(config, figure_id, root))
     csv = tmp_path / f"{figure_id}.csv"
     data.to_csv(csv, index=False, float_format="%.6g")
     plot(data).savefig(tmp_path / f"{figure_id}-frame.png", dpi=60)

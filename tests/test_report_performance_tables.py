@@ -24,7 +24,7 @@ from workflow_scripts.report.frames import aggregate_frame, performance_frame, r
 from workflow_scripts.report.performance_tables import TABLES
 from workflow_scripts.report.reference import compare, load_reference
 from workflow_scripts.report.routing_frames import RETENTION_KEYS, metrics_path
-from workflow_scripts.report.table import TableInputs
+from workflow_scripts.report.table import ReportInputs
 
 CONFIG = load_config(toy=False)
 NINE = ["gsm8k", "math500", "livebench_math", "humaneval", "mbpp", "livebench_coding"]
@@ -80,7 +80,7 @@ def tree(tmp_path_factory):
 
 
 def _build(tree, table_id):
-    return TABLES[table_id](TableInputs(CONFIG, table_id, tree[0]))
+    return TABLES[table_id](ReportInputs(CONFIG, table_id, tree[0]))
 
 
 # ---------------------------------------------------------------- independent expectations
@@ -407,11 +407,11 @@ def test_a_table_names_the_benchmark_a_run_lacks(tmp_path):
             del summary["benchmarks"]["livebench_math"]
         _write(summary_path(tmp_path, evaluation), summary)
     with pytest.raises(ValueError, match="livebench_math"):
-        TABLES["table18"](TableInputs(CONFIG, "table18", tmp_path))
+        TABLES["table18"](ReportInputs(CONFIG, "table18", tmp_path))
 
 
 def test_config_cells_must_match_the_layout(tree):
     config = json.loads(json.dumps(CONFIG))
     config["tables"]["table2"]["cells"][0]["conditions"].append("router_l2")
     with pytest.raises(ValueError, match="router_l2"):
-        TABLES["table2"](TableInputs(config, "table2", tree[0]))
+        TABLES["table2"](ReportInputs(config, "table2", tree[0]))

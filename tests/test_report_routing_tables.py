@@ -36,7 +36,7 @@ from workflow_scripts.report.routing_frames import (
     span_frame,
     sweep_frame,
 )
-from workflow_scripts.report.table import TableInputs
+from workflow_scripts.report.table import ReportInputs
 
 TINY_E, TINY_K, TINY_L, TINY_N = 8, 2, 2, 240
 RETENTION_SUMMARY = {
@@ -123,8 +123,8 @@ class World:
     validations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     stats: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
-    def inputs(self, table_id: str, config: dict[str, Any] | None = None) -> TableInputs:
-        return TableInputs(config or self.config, table_id, self.results)
+    def inputs(self, table_id: str, config: dict[str, Any] | None = None) -> ReportInputs:
+        return ReportInputs(config or self.config, table_id, self.results)
 
 
 def _metrics(template: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:

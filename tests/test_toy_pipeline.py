@@ -1,8 +1,10 @@
 """The toy scale, run for real through `--profile profiles/local` in a scratch copy.
 
-One run builds every corpus, one toy base with its priors, and the single-seed
-cells of Table 6 on math20k (SFT, the beta sweep, RPB-hard); the full toy
-default is the README's first command.
+One run builds every corpus and Tables 1, 6 and 13 with Figure 2: one toy base,
+its priors and shuffled priors, the ten single-seed trainings of Table 6 (SFT,
+the beta sweep, RPB-hard on both splits) with their probes, retention metrics and
+evaluations on every benchmark fixture, and the tables and HTML report built from
+them; the full toy default is the README's first command.
 """
 
 from __future__ import annotations
@@ -33,14 +35,14 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+TABLES = ("table1", "table6", "table13")
+
+
 def targets() -> list[str]:
     config = load_config(toy=True)
     data = [f"results/data/{corpus}/train.parquet" for corpus in config["corpora"]]
-    checkpoints = [f"results/checkpoints/moonlight/math20k/{c}/s42" for c in TABLE6_CONDITIONS]
-    graphs = ["results/graphs/moonlight/math20k/rpb/s42/metrics.json"]
-    shuffled = ["results/priors/moonlight/math20k/prior_validation.json"]
-    shuffled += ["results/checkpoints/moonlight/math20k/within_soft/s42"]
-    return [*data, "results/provenance/figure2.json", *checkpoints, *graphs, *shuffled]
+    outputs = [f"results/provenance/{output}.json" for output in (*TABLES, "figure2")]
+    return [*data, *outputs, "results/checkpoints/moonlight/math20k/within_soft/s42"]
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +152,45 @@ def test_shuffled_prior_validation_and_training(toy_run):
     log = toy_run / "results/checkpoints/moonlight/math20k/within_soft/s42.provenance.json"
     record = json.loads(log.read_text())
     assert record["inputs"]["prior"]["path"].endswith("shuffled-within.npy")
+
+
+@pytest.mark.slow
+def test_tables_have_the_rows_and_columns_their_captions_describe(toy_run):
+    tables = toy_run / "results/tables"
+    table6 = pd.read_csv(tables / "table6.csv")
+    cells = {(c, k) for c in ("math20k", "coding20k") for k in TABLE6_CONDITIONS}
+    assert set(zip(table6["corpus"], table6["condition"], strict=True)) >= cells
+    reproduced = table6[table6["status"] != "missing"]
+    assert set(reproduced["column"]) == {"nmi", "overall9"}
+    assert reproduced["value"].notna().all() and reproduced["n"].eq(1).all()
+    assert reproduced["paper"].notna().all(), "every Table 6 cell has a published value beside it"
+    nmi = reproduced[reproduced["column"] == "nmi"]["value"]
+    assert nmi.between(0, 1).all()
+    assert reproduced[reproduced["column"] == "overall9"]["value"].between(0, 100).all()
+    assert "not a reproduction verdict" in (tables / "table6.md").read_text()
+    assert "\\begin{tabular}" in (tables / "table6.tex").read_text()
+    table13 = pd.read_csv(tables / "table13.csv")
+    assert set(table13["prior"]) == {"shuffled_within", "shuffled_global"}
+    table1 = pd.read_csv(tables / "table1.csv")
+    assert list(table1["condition"]) == load_config(toy=True)["tables"]["table1"]["lists_conditions"]
+
+
+@pytest.mark.slow
+def test_evaluations_score_every_benchmark(toy_run):
+    config = load_config(toy=True)
+    summary = json.loads((toy_run / "results/evals/moonlight/math20k/rpb/s42/summary.json").read_text())
+    assert sorted(summary["benchmarks"]) == sorted(config["benchmarks"])
+    assert summary["repeats"] == config["evaluation"]["repeats"]
+    for entry in summary["benchmarks"].values():
+        assert len(entry["repeat_scores"]) == config["evaluation"]["repeats"]
+        assert 0 <= entry["score"] <= 100
+
+
+@pytest.mark.slow
+def test_html_report_gathers_tables_and_figures(toy_run):
+    snakemake(toy_run, *targets(), "--report", "report.html")
+    html = (toy_run / "report.html").read_text(errors="replace")
+    assert "table6" in html and "figure2" in html
 
 
 @pytest.mark.slow

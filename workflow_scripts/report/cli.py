@@ -26,13 +26,13 @@ def run_table(args: argparse.Namespace) -> None:
     """Compute one table from the results tree, set the paper's values beside it, write csv/md/tex."""
     from workflow_scripts.report.reference import load_reference
     from workflow_scripts.report.render import render
-    from workflow_scripts.report.table import TableInputs
+    from workflow_scripts.report.table import ReportInputs
 
     tables = _tables()
     if args.id not in tables:
         raise UserInputError(f"--id {args.id!r}: no such table (known: {', '.join(sorted(tables))})")
     try:
-        table = tables[args.id](TableInputs(args.config, args.id, Path(args.results)))
+        table = tables[args.id](ReportInputs(args.config, args.id, Path(args.results)))
     except (KeyError, ValueError, OSError) as error:
         raise UserInputError(f"{args.id}: {error}") from error
     reference = load_reference(args.reference) if args.reference else None
@@ -43,13 +43,14 @@ def run_table(args: argparse.Namespace) -> None:
 
 def run_figure(args: argparse.Namespace) -> None:
     """Compute one figure's data from the results tree, write it as CSV, plot it as PNG and PDF."""
-    from workflow_scripts.report.figures import FIGURES, FigureInputs
+    from workflow_scripts.report.figures import FIGURES
+    from workflow_scripts.report.table import ReportInputs
 
     if args.id not in FIGURES:
         raise UserInputError(f"--id {args.id!r}: no such figure (known: {', '.join(sorted(FIGURES))})")
     compute, plot = FIGURES[args.id]
     try:
-        data = compute(FigureInputs(args.config, args.id, Path(args.results)))
+        data = compute(ReportInputs(args.config, args.id, Path(args.results)))
     except (KeyError, ValueError, OSError) as error:
         raise UserInputError(f"{args.id}: {error}") from error
     write_text(args.data, data.to_csv(index=False, float_format="%.6g"))

@@ -1,6 +1,6 @@
 """The paper's figures 1-3 and three appendix views, each as tidy data plus a plot of that data.
 
-Every figure is a pair in ``FIGURES``: a data function ``(FigureInputs) -> pd.DataFrame`` that
+Every figure is a pair in ``FIGURES``: a data function ``(ReportInputs) -> pd.DataFrame`` that
 reads the results tree and returns the numbers behind the figure (the report stage writes them
 to CSV), and a plot function ``(pd.DataFrame) -> matplotlib.figure.Figure`` that draws only what
 that frame holds, so a figure can be restyled or redrawn from its CSV without recomputing.
@@ -26,7 +26,6 @@ palettes, and one colour per condition in every figure (``CONDITION_COLOURS``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +53,11 @@ from workflow_scripts.report.routing_frames import (
     retention_frame,
     sweep_frame,
 )
-from workflow_scripts.report.table import summarize_seeds
+from workflow_scripts.report.table import ReportInputs, summarize_seeds
 
 __all__ = [
     "CONDITION_COLOURS",
     "FIGURES",
-    "FigureInputs",
     "community_layout",
     "community_order",
     "condition_beta",
@@ -100,30 +98,6 @@ SPAN_COLOURS = {"Q": "#332288", "A": "#44AA99"}
 MATRIX_CMAP = "cividis"
 SELECTION_TOKENS = 24  # probe tokens shown in figure 1's top-k selection panel
 SPANS = ("Q", "A")
-
-
-@dataclass(frozen=True)
-class FigureInputs:
-    """What a figure's data function reads: the validated registry and the results root (fixed layout)."""
-
-    config: Mapping[str, Any]
-    figure_id: str
-    results: Path
-
-    @property
-    def closure(self) -> registry.Closure:
-        return registry.closure(self.config, self.figure_id)
-
-    def rank(self, key: str) -> dict[str, int]:
-        """Position of each id of ``key`` (models, corpora, conditions) in the figure's cells.
-
-        Ids are ranked in the order the cells first list them; panels, rows and frame rows
-        follow this order.
-        """
-        seen: dict[str, None] = {}
-        for cell in self.config["figures"][self.figure_id]["cells"]:
-            seen.update(dict.fromkeys(cell.get(key, [])))
-        return {name: index for index, name in enumerate(seen)}
 
 
 # ------------------------------------------------------------------ shared helpers
@@ -215,7 +189,7 @@ def _base_partition(results: Path, model: str, corpus: str, layer: int, experts:
     return {"labels": labels[layer], "detector": detector}
 
 
-def _probes(inputs: FigureInputs, base: bool) -> list[registry.Probe]:
+def _probes(inputs: ReportInputs, base: bool) -> list[registry.Probe]:
     """The figure's base probes, or its probed trained checkpoints, in the figure's order."""
     models, corpora, conditions = (inputs.rank(key) for key in ("models", "corpora", "conditions"))
     chosen = [p for p in inputs.closure.probes if (p.condition == registry.BASE) == base]
@@ -225,11 +199,11 @@ def _probes(inputs: FigureInputs, base: bool) -> list[registry.Probe]:
     )
 
 
-def _trained_probes(inputs: FigureInputs) -> list[registry.Probe]:
+def _trained_probes(inputs: ReportInputs) -> list[registry.Probe]:
     return _probes(inputs, base=False)
 
 
-def _base_probes(inputs: FigureInputs) -> list[registry.Probe]:
+def _base_probes(inputs: ReportInputs) -> list[registry.Probe]:
     return _probes(inputs, base=True)
 
 
@@ -309,7 +283,7 @@ def _run_rows(topk: np.ndarray, base_labels: np.ndarray, detector: Detector) -> 
     return pd.concat([graph, nmi], ignore_index=True)
 
 
-def figure1_data(inputs: FigureInputs) -> pd.DataFrame:
+def figure1_data(inputs: ReportInputs) -> pd.DataFrame:
     """Figure 1 on real probes of one layer: selections, eq. (1) matrix, thresholded graphs, NMI.
 
     Rows carry ``part``: ``selection`` (i = probe token, j = expert, value 1 if selected, the
@@ -523,7 +497,7 @@ def _prior_rows(prior_id: registry.Prior, results: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def figure2_data(inputs: FigureInputs) -> pd.DataFrame:
+def figure2_data(inputs: ReportInputs) -> pd.DataFrame:
     """The Q and A prior of one training sample at one layer and its zero-mean bias (eq. 2, eq. 3).
 
     One row per (prior, span, expert): ``prior`` (pi of eq. (2)), ``bias`` (b of eq. (3) from
@@ -611,7 +585,7 @@ def figure2_plot(data: pd.DataFrame) -> Figure:
 # ------------------------------------------------------------------ performance and NMI per condition
 
 
-def _performance_and_nmi(inputs: FigureInputs) -> pd.DataFrame:
+def _performance_and_nmi(inputs: ReportInputs) -> pd.DataFrame:
     """Overall@9 and community NMI per (model, corpus, condition): mean, sample sd and n over seeds (F.5).
 
     Overall@9 is averaged over the figure's evaluated seeds, NMI over its probed seeds (the two
@@ -628,7 +602,7 @@ def _performance_and_nmi(inputs: FigureInputs) -> pd.DataFrame:
     return _sort_conditions(merged, inputs)
 
 
-def _sort_conditions(frame: pd.DataFrame, inputs: FigureInputs, then: Sequence[str] = ()) -> pd.DataFrame:
+def _sort_conditions(frame: pd.DataFrame, inputs: ReportInputs, then: Sequence[str] = ()) -> pd.DataFrame:
     """Rows in the figure's model, corpus and condition order, then by the columns ``then``."""
     ranks = {
         "model": inputs.rank("models"),
@@ -664,7 +638,7 @@ def design_cell(config: Mapping[str, Any], condition: str) -> tuple[str, str]:
     return ENFORCEMENT[intervention], SCOPE[prior]
 
 
-def figure3_data(inputs: FigureInputs) -> pd.DataFrame:
+def figure3_data(inputs: ReportInputs) -> pd.DataFrame:
     """One row per (corpus, condition): design cell, Overall@9 and NMI with sd and seed counts (Table 5)."""
     frame = _performance_and_nmi(inputs)
     cells = [design_cell(inputs.config, c) for c in frame["condition"]]
@@ -748,7 +722,7 @@ def condition_beta(config: Mapping[str, Any], condition: str) -> float:
     raise ValueError(f"conditions.{condition}: intervention {entry['intervention']!r} has no beta")
 
 
-def beta_sweep_data(inputs: FigureInputs) -> pd.DataFrame:
+def beta_sweep_data(inputs: ReportInputs) -> pd.DataFrame:
     """One row per (corpus, condition): beta (NaN and ``hard`` true for RPB-hard), NMI and Overall@9."""
     frame = _performance_and_nmi(inputs)
     frame["beta"] = [condition_beta(inputs.config, c) for c in frame["condition"]]
@@ -809,7 +783,7 @@ def beta_sweep_plot(data: pd.DataFrame) -> Figure:
 # ------------------------------------------------------------------ rho sensitivity (Table 10)
 
 
-def rho_sensitivity_data(inputs: FigureInputs) -> pd.DataFrame:
+def rho_sensitivity_data(inputs: ReportInputs) -> pd.DataFrame:
     """The B.2 sweep of every probed checkpoint: NMI per (rho, detector, detector seed), ``main`` marked.
 
     ``main`` is true for the detector and seed of the main text (``probe.detector``), the
@@ -869,7 +843,7 @@ def rho_sensitivity_plot(data: pd.DataFrame) -> Figure:
 # ------------------------------------------------------------------ community-ordered co-activation
 
 
-def coactivation_heatmaps_data(inputs: FigureInputs) -> pd.DataFrame:
+def coactivation_heatmaps_data(inputs: ReportInputs) -> pd.DataFrame:
     """The eq. (1) matrix of the base and of each trained run at one layer, experts in base-community order.
 
     One row per (checkpoint, matrix entry): ``row``/``col`` (position in the ordering),
@@ -973,7 +947,7 @@ def coactivation_heatmaps_plot(data: pd.DataFrame) -> Figure:
     return fig
 
 
-FIGURES: dict[str, tuple[Callable[[FigureInputs], pd.DataFrame], Callable[[pd.DataFrame], Figure]]] = {
+FIGURES: dict[str, tuple[Callable[[ReportInputs], pd.DataFrame], Callable[[pd.DataFrame], Figure]]] = {
     "figure1": (figure1_data, figure1_plot),
     "figure2": (figure2_data, figure2_plot),
     "figure3": (figure3_data, figure3_plot),

@@ -20,7 +20,7 @@ from workflow_scripts.evaluate.aggregate import SUITE_COLUMNS
 from workflow_scripts.registry import BASE, Evaluation, closure
 from workflow_scripts.report.frames import RUN_KEYS, aggregate_frame, performance_frame, repeat_frame
 from workflow_scripts.report.routing_frames import retention_frame
-from workflow_scripts.report.table import Table, TableInputs, summarize_seeds
+from workflow_scripts.report.table import ReportInputs, Table, summarize_seeds
 
 # Column order of the paper's nine-benchmark tables (17-19): multi-domain, math, code.
 NINE = (
@@ -74,13 +74,13 @@ def _labels(config: Mapping[str, Any], **overrides: str) -> dict[str, str]:
     return labels | LABELS | overrides
 
 
-def _evaluations(inputs: TableInputs, conditions: Sequence[str]) -> frozenset[Evaluation]:
+def _evaluations(inputs: ReportInputs, conditions: Sequence[str]) -> frozenset[Evaluation]:
     """The table's closure evaluations, checked against the conditions the paper's layout places."""
-    evaluations = closure(inputs.config, inputs.table_id).evaluations
+    evaluations = closure(inputs.config, inputs.output_id).evaluations
     found = {evaluation.condition for evaluation in evaluations}
     if found != set(conditions):
         raise ValueError(
-            f"{inputs.table_id}: the config's cells give conditions {sorted(found)}, "
+            f"{inputs.output_id}: the config's cells give conditions {sorted(found)}, "
             f"the table's layout places {list(conditions)}"
         )
     return evaluations
@@ -122,21 +122,21 @@ def _seed_note(evaluations: Iterable[Evaluation]) -> str:
     return f"Mean ± sample sd across training seeds ({names}); each seed score is an avg@5."
 
 
-def _aggregates(inputs: TableInputs, evaluations: Iterable[Evaluation], suite: str) -> pd.DataFrame:
+def _aggregates(inputs: ReportInputs, evaluations: Iterable[Evaluation], suite: str) -> pd.DataFrame:
     return aggregate_frame(performance_frame(inputs.results, evaluations), inputs.config, suite)
 
 
 def _table(
-    inputs: TableInputs, keys: Sequence[str], columns: Sequence[str], rows: pd.DataFrame, **kw: Any
+    inputs: ReportInputs, keys: Sequence[str], columns: Sequence[str], rows: pd.DataFrame, **kw: Any
 ) -> Table:
-    title = inputs.config["tables"][inputs.table_id]["title"]
+    title = inputs.title
     return Table(
-        table_id=inputs.table_id, title=title, keys=tuple(keys), columns=tuple(columns), rows=rows, **kw
+        table_id=inputs.output_id, title=title, keys=tuple(keys), columns=tuple(columns), rows=rows, **kw
     )
 
 
 def _overall9_table(
-    inputs: TableInputs,
+    inputs: ReportInputs,
     conditions: Sequence[str],
     columns: Sequence[str],
     labels: Mapping[str, str],
@@ -160,20 +160,20 @@ def _overall9_table(
     )
 
 
-def table2(inputs: TableInputs) -> Table:
+def table2(inputs: ReportInputs) -> Table:
     """Table 2: Moonlight ID / OOD over the nine-benchmark suite, mean ± sd across three seeds."""
     labels = _labels(inputs.config, sft="SFT")
     return _overall9_table(inputs, ("sft", "lbl", "rpb"), ("id", "ood"), labels, bold=False)
 
 
-def table3(inputs: TableInputs) -> Table:
+def table3(inputs: ReportInputs) -> Table:
     """Table 3: the four anchoring objectives and both baselines, Overall@9, best per corpus in bold."""
     conditions = ("rpb", "router_l2", "kl_base", "logit_l2", "sft", "lbl")
     labels = _labels(inputs.config, sft="NoAux / SFT", lbl="LBL (re-applied)")
     return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
 
 
-def table4(inputs: TableInputs) -> Table:
+def table4(inputs: ReportInputs) -> Table:
     """Table 4: Qwen3-30B-A3B on both corpora and Moonlight on OpenR1-Math, Overall@9 mean ± sd."""
     conditions = ("rpb", "router_l2", "sft", "lbl")
     evaluations = _evaluations(inputs, conditions)
@@ -187,7 +187,7 @@ def table4(inputs: TableInputs) -> Table:
     return _table(inputs, keys, ("overall9",), rows, labels=labels, block="model", notes=notes)
 
 
-def table7(inputs: TableInputs) -> Table:
+def table7(inputs: ReportInputs) -> Table:
     """Table 7: Router-L2 at lambda 1e2 / 1e3 (single seed) and 1e4 (three seeds), Overall@9."""
     labels = _labels(
         inputs.config,
@@ -200,7 +200,7 @@ def table7(inputs: TableInputs) -> Table:
     return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
 
 
-def table8(inputs: TableInputs) -> Table:
+def table8(inputs: ReportInputs) -> Table:
     """Table 8: ST-MoE z-loss, twelve-benchmark mean at a single seed, per corpus and model."""
     evaluations = _evaluations(inputs, ("zloss",))
     keys = ("corpus", "model")
@@ -210,7 +210,7 @@ def table8(inputs: TableInputs) -> Table:
     return _table(inputs, keys, ("avg12",), rows, labels=_labels(inputs.config), block="corpus", notes=notes)
 
 
-def table12(inputs: TableInputs) -> Table:
+def table12(inputs: ReportInputs) -> Table:
     """Table 12: DeepSeek-V2-Lite twelve-benchmark ID / OOD / Avg with community NMI, single seed.
 
     The base model is evaluated once; its row repeats in every corpus block,
@@ -224,7 +224,7 @@ def table12(inputs: TableInputs) -> Table:
     corpora = [corpus for corpus in inputs.config["corpora"] if corpus in set(trained["corpus"])]
     performance = pd.concat([trained, *(base.assign(corpus=corpus) for corpus in corpora)], ignore_index=True)
     seeds = aggregate_frame(performance, inputs.config, "all12")
-    probes = closure(inputs.config, inputs.table_id).probes
+    probes = closure(inputs.config, inputs.output_id).probes
     retention = retention_frame(inputs.results, probes)[[*RUN_KEYS, "nmi"]]
     retention = retention.astype({"seed": "Int64"})
     seeds = seeds.merge(retention, on=list(RUN_KEYS), how="left")
@@ -252,7 +252,7 @@ def _hardness_label(config: Mapping[str, Any], condition: str) -> str:
     return f"{spec['label']} ({prior}, {constraint})"
 
 
-def table14(inputs: TableInputs) -> Table:
+def table14(inputs: ReportInputs) -> Table:
     """Table 14: hardness vs shuffle scope; ID, OOD, (ID+OOD)/2 and its difference from RPB per corpus."""
     conditions = ("rpb", "rpb_hard", "within_hard", "global_hard")
     evaluations = _evaluations(inputs, conditions)
@@ -294,7 +294,7 @@ def _wide(performance: pd.DataFrame, benchmarks: Sequence[str], value: str) -> p
 
 
 def _runs(
-    inputs: TableInputs, evaluations: Iterable[Evaluation], benchmarks: Sequence[str], suite: str
+    inputs: ReportInputs, evaluations: Iterable[Evaluation], benchmarks: Sequence[str], suite: str
 ) -> pd.DataFrame:
     """Per run: the benchmark scores, their repeat sds (``{b}_sd``) and the suite aggregate."""
     performance = performance_frame(inputs.results, evaluations)
@@ -308,7 +308,7 @@ def _runs(
 
 
 def _repeat_rows(
-    inputs: TableInputs, evaluations: Iterable[Evaluation], benchmarks: Sequence[str], suite: str
+    inputs: ReportInputs, evaluations: Iterable[Evaluation], benchmarks: Sequence[str], suite: str
 ) -> pd.DataFrame:
     """Single-run rows: avg@5 ± repeat sd per benchmark, suite aggregate ± sd over repeat aggregates."""
     evaluations = list(evaluations)
@@ -326,7 +326,7 @@ def _repeat_rows(
 
 
 def _per_benchmark(
-    inputs: TableInputs,
+    inputs: ReportInputs,
     conditions: Sequence[str],
     benchmarks: Sequence[str],
     suite: str,
@@ -352,7 +352,7 @@ def _per_benchmark(
     return _ordered(rows, inputs.config, CORPUS_KEYS, {"condition": conditions})
 
 
-def _repeat_note(inputs: TableInputs, evaluations: Iterable[Evaluation]) -> str:
+def _repeat_note(inputs: ReportInputs, evaluations: Iterable[Evaluation]) -> str:
     """Single-seed protocol of Tables 17/19: which seed each row is, and what the ± covers."""
     counts = pd.Series([e.seed for e in evaluations if e.seed is not None]).value_counts()
     common = int(counts[counts == counts.max()].index.min())
@@ -364,7 +364,7 @@ def _repeat_note(inputs: TableInputs, evaluations: Iterable[Evaluation]) -> str:
     return f"{text}; ± is the sample sd over the {repeats} evaluation repeats (avg@{repeats})."
 
 
-def table16(inputs: TableInputs) -> Table:
+def table16(inputs: ReportInputs) -> Table:
     """Table 16: Moonlight per-benchmark (twelve) with the twelve-benchmark Avg; Base row over repeats."""
     conditions = (BASE, "sft", "lbl", "rpb")
     rows = _per_benchmark(inputs, conditions, TWELVE, "all12", over_repeats=False)
@@ -387,7 +387,7 @@ def table16(inputs: TableInputs) -> Table:
     )
 
 
-def _single_seed_table(inputs: TableInputs, conditions: Sequence[str], bold: bool) -> Table:
+def _single_seed_table(inputs: ReportInputs, conditions: Sequence[str], bold: bool) -> Table:
     """Nine-benchmark single-seed tables (17, 19): every ± is over the evaluation repeats."""
     rows = _per_benchmark(inputs, conditions, NINE, "overall9", over_repeats=True)
     evaluations = _evaluations(inputs, conditions)
@@ -405,12 +405,12 @@ def _single_seed_table(inputs: TableInputs, conditions: Sequence[str], bold: boo
     )
 
 
-def table17(inputs: TableInputs) -> Table:
+def table17(inputs: ReportInputs) -> Table:
     """Table 17: DeepSeek-V2-Lite per-benchmark (nine), single seed, Base / SFT / LBL / RPB."""
     return _single_seed_table(inputs, (BASE, "sft", "lbl", "rpb"), bold=True)
 
 
-def table18(inputs: TableInputs) -> Table:
+def table18(inputs: ReportInputs) -> Table:
     """Table 18: Moonlight per-benchmark shuffled-prior controls, mean ± sd across three seeds."""
     conditions = ("rpb", "within_soft", "within_hard", "global_hard")
     rows = _per_benchmark(inputs, conditions, NINE, "overall9", over_repeats=False)
@@ -423,12 +423,12 @@ def table18(inputs: TableInputs) -> Table:
     return _table(inputs, CORPUS_KEYS, (*NINE, "overall9"), rows, labels=labels, block="corpus", notes=notes)
 
 
-def table19(inputs: TableInputs) -> Table:
+def table19(inputs: ReportInputs) -> Table:
     """Table 19: DeepSeek-V2-Lite per-benchmark shuffled-prior controls, single seed."""
     return _single_seed_table(inputs, ("rpb", "within_soft", "within_hard", "global_hard"), bold=False)
 
 
-TABLES: dict[str, Callable[[TableInputs], Table]] = {
+TABLES: dict[str, Callable[[ReportInputs], Table]] = {
     "table2": table2,
     "table3": table3,
     "table4": table4,

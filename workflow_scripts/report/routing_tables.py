@@ -28,7 +28,7 @@ from workflow_scripts.report.routing_frames import (
     span_frame,
     sweep_frame,
 )
-from workflow_scripts.report.table import Table, TableInputs, summarize_seeds
+from workflow_scripts.report.table import ReportInputs, Table, summarize_seeds
 
 ROW_KEYS = ("model", "corpus", "condition")
 TABLE_KEYS = ("corpus", "condition")  # the tables below are each on one model, which the rows omit
@@ -72,26 +72,20 @@ COLUMN_LABELS = {
 ACCURACY_DIGITS = {column: 2 for column in PERFORMANCE}
 
 
-def _first_seen(values: Iterable[str]) -> list[str]:
-    """Distinct values in order of first appearance."""
-    return list(dict.fromkeys(values))
-
-
-def table_grid(inputs: TableInputs) -> pd.DataFrame:
+def table_grid(inputs: ReportInputs) -> pd.DataFrame:
     """The (model, corpus, condition) rows a table's cells list, grouped by model, then corpus.
 
     Models, corpora and conditions each keep the order in which the cells first name them,
     so rows follow the paper's layout whatever the cell grouping.
     """
-    cells = inputs.cells
     present = {
         triple
-        for cell in cells
+        for cell in inputs.cells
         for triple in product(cell["models"], cell["corpora"], cell.get("conditions", []))
     }
-    models = _first_seen(m for cell in cells for m in cell["models"])
-    corpora = _first_seen(c for cell in cells for c in cell["corpora"])
-    conditions = _first_seen(k for cell in cells for k in cell.get("conditions", []))
+    models = list(inputs.rank("models"))
+    corpora = list(inputs.rank("corpora"))
+    conditions = list(inputs.rank("conditions"))
     rows = [triple for triple in product(models, corpora, conditions) if triple in present]
     return pd.DataFrame(rows, columns=list(ROW_KEYS))
 
@@ -129,9 +123,9 @@ def without_seeds(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return rows
 
 
-def performance_seeds(inputs: TableInputs) -> pd.DataFrame:
+def performance_seeds(inputs: ReportInputs) -> pd.DataFrame:
     """Per-seed Overall@9 / ID / OOD of the table's trained evaluations (F.4, F.5)."""
-    evaluations = closure(inputs.config, inputs.table_id).evaluations
+    evaluations = closure(inputs.config, inputs.output_id).evaluations
     trained = [e for e in evaluations if e.condition != BASE]
     scores = aggregate_frame(performance_frame(inputs.results, trained), inputs.config, SUITE)
     return scores[[*PROBE_KEYS, *PERFORMANCE]]
@@ -141,9 +135,9 @@ def _seed_text(seeds: Iterable[int]) -> str:
     return "/".join(f"s{seed}" for seed in sorted(seeds))
 
 
-def seed_notes(inputs: TableInputs) -> tuple[str, ...]:
+def seed_notes(inputs: ReportInputs) -> tuple[str, ...]:
     """Notes for conditions whose probed seeds differ from their training seeds (F.5 seed protocol)."""
-    table_closure = closure(inputs.config, inputs.table_id)
+    table_closure = closure(inputs.config, inputs.output_id)
     probed: dict[str, set[int]] = {}
     trained: dict[str, set[int]] = {}
     for probe in table_closure.probes:
@@ -153,7 +147,7 @@ def seed_notes(inputs: TableInputs) -> tuple[str, ...]:
         if evaluation.condition != BASE:
             trained.setdefault(evaluation.condition, set()).add(evaluation.seed)
     groups: dict[tuple[str, str], list[str]] = {}
-    for condition in _first_seen(table_grid(inputs)["condition"]):
+    for condition in inputs.rank("conditions"):
         probe_seeds, train_seeds = probed.get(condition, set()), trained.get(condition, set())
         if probe_seeds and train_seeds and probe_seeds != train_seeds:
             key = (_seed_text(probe_seeds), _seed_text(train_seeds))
@@ -166,22 +160,22 @@ def seed_notes(inputs: TableInputs) -> tuple[str, ...]:
 
 
 def _routing_and_performance(
-    inputs: TableInputs,
+    inputs: ReportInputs,
     routing: Sequence[str],
     performance: Sequence[str],
     bold: Mapping[str, str] | None = None,
 ) -> Table:
     """A table whose rows are (model, corpus, condition) cells with retention and performance columns."""
-    probes = closure(inputs.config, inputs.table_id).probes
+    probes = closure(inputs.config, inputs.output_id).probes
     parts = [
         summarize_seeds(retention_frame(inputs.results, probes), ROW_KEYS, routing),
         summarize_seeds(performance_seeds(inputs), ROW_KEYS, performance),
     ]
     columns = (*routing, *performance)
-    rows = assemble(inputs.table_id, table_grid(inputs), parts, columns)
+    rows = assemble(inputs.output_id, table_grid(inputs), parts, columns)
     return Table(
-        table_id=inputs.table_id,
-        title=inputs.config["tables"][inputs.table_id]["title"],
+        table_id=inputs.output_id,
+        title=inputs.title,
         keys=TABLE_KEYS,
         columns=columns,
         rows=rows,
@@ -193,11 +187,11 @@ def _routing_and_performance(
     )
 
 
-def table1(inputs: TableInputs) -> Table:
+def table1(inputs: ReportInputs) -> Table:
     """Table 1: the training conditions by intervention family, rendered from the condition registry."""
     conditions = inputs.config["conditions"]
-    listed = inputs.config["tables"][inputs.table_id]["lists_conditions"]
-    families = _first_seen(conditions[name]["family"] for name in listed)
+    listed = inputs.entry["lists_conditions"]
+    families = list(dict.fromkeys(conditions[name]["family"] for name in listed))
     ordered = sorted(listed, key=lambda name: families.index(conditions[name]["family"]))
     frame = pd.DataFrame(
         [
@@ -211,8 +205,8 @@ def table1(inputs: TableInputs) -> Table:
         columns=["family", "condition", *CONDITION_TEXT],
     )
     return Table(
-        table_id=inputs.table_id,
-        title=inputs.config["tables"][inputs.table_id]["title"],
+        table_id=inputs.output_id,
+        title=inputs.title,
         keys=("family", "condition"),
         columns=CONDITION_TEXT,
         rows=without_seeds(frame, CONDITION_TEXT),
@@ -221,33 +215,33 @@ def table1(inputs: TableInputs) -> Table:
     )
 
 
-def table5(inputs: TableInputs) -> Table:
+def table5(inputs: ReportInputs) -> Table:
     """Table 5: shuffled-prior controls, Overall@9 over training seeds and community NMI over probed seeds."""
     return _routing_and_performance(inputs, ("nmi",), ("overall9",))
 
 
-def table6(inputs: TableInputs) -> Table:
+def table6(inputs: ReportInputs) -> Table:
     """Table 6: the beta operating range of RPB with RPB-hard, community NMI and Overall@9 (single seed)."""
     return _routing_and_performance(inputs, ("nmi",), ("overall9",))
 
 
-def table15(inputs: TableInputs) -> Table:
+def table15(inputs: ReportInputs) -> Table:
     """Table 15: community NMI, TVD, JSD, top-k overlap and ID/OOD accuracy; bold as in the caption."""
     bold = {"nmi": "max", "topk_overlap": "max", "id": "max", "ood": "max"}
     return _routing_and_performance(inputs, ("nmi", "tvd", "jsd", "topk_overlap"), ("id", "ood"), bold)
 
 
-def table9(inputs: TableInputs) -> Table:
+def table9(inputs: ReportInputs) -> Table:
     """Table 9: Q and NMI margins over the marginal-preserving null model (B.1), with the Q beat share."""
     columns = ("q_margin", "nmi_margin", "layers_beating_null_q")
-    probes = closure(inputs.config, inputs.table_id).probes
+    probes = closure(inputs.config, inputs.output_id).probes
     summary = summarize_seeds(null_model_frame(inputs.results, probes), ROW_KEYS, columns)
     return Table(
-        table_id=inputs.table_id,
-        title=inputs.config["tables"][inputs.table_id]["title"],
+        table_id=inputs.output_id,
+        title=inputs.title,
         keys=TABLE_KEYS,
         columns=columns,
-        rows=assemble(inputs.table_id, table_grid(inputs), [summary], columns),
+        rows=assemble(inputs.output_id, table_grid(inputs), [summary], columns),
         labels={c: COLUMN_LABELS[c] for c in columns},
         block="corpus",
         notes=("Margins are observed minus mean over the null graphs, layer means (Appendix B.1).",),
@@ -283,12 +277,12 @@ def sweep_robustness(sweep: pd.DataFrame, detector: str, seed: int) -> dict[str,
     }
 
 
-def table10(inputs: TableInputs) -> Table:
+def table10(inputs: ReportInputs) -> Table:
     """Table 10: community NMI at each edge fraction rho (main detector and seed, F.9), bold max per block."""
     probe = inputs.config["probe"]
     detector, seed = probe["detector"]["name"], probe["detector"]["seed"]
     columns = tuple(rho_column(rho) for rho in probe["edge_fraction_sweep"])
-    sweep = sweep_frame(inputs.results, closure(inputs.config, inputs.table_id).probes)
+    sweep = sweep_frame(inputs.results, closure(inputs.config, inputs.output_id).probes)
     chosen = sweep[(sweep["detector"] == detector) & (sweep["detector_seed"] == seed)].assign(
         column=lambda f: f["rho"].map(rho_column)
     )
@@ -309,11 +303,11 @@ def table10(inputs: TableInputs) -> Table:
             f"{robust['other_max_abs_diff']:.3f} over all cells.",
         )
     return Table(
-        table_id=inputs.table_id,
-        title=inputs.config["tables"][inputs.table_id]["title"],
+        table_id=inputs.output_id,
+        title=inputs.title,
         keys=TABLE_KEYS,
         columns=columns,
-        rows=assemble(inputs.table_id, table_grid(inputs), [summary], columns),
+        rows=assemble(inputs.output_id, table_grid(inputs), [summary], columns),
         labels={rho_column(r): f"ρ = {r:.2f}" for r in probe["edge_fraction_sweep"]},
         bold={c: "max" for c in columns},
         block="corpus",
@@ -334,14 +328,14 @@ def span_statistics(profiles: Mapping[str, np.ndarray], fractions: Sequence[floa
     return {**values, "eff_frac_min": float(min(fractions)), "eff_frac_max": float(max(fractions))}
 
 
-def table11(inputs: TableInputs) -> Table:
+def table11(inputs: ReportInputs) -> Table:
     """Table 11: Q/A span routing structure of the frozen base routers (Appendix C); no seeds."""
-    corpora = _first_seen(c for cell in inputs.cells for c in cell["corpora"])
-    models = _first_seen(m for cell in inputs.cells for m in cell["models"])
+    corpora = list(inputs.rank("corpora"))
+    models = list(inputs.rank("models"))
     domains = {corpus: inputs.config["corpora"][corpus]["domain"] for corpus in corpora}
     if len(set(domains.values())) != len(domains):
-        raise ValueError(f"{inputs.table_id}: corpora {domains} must have distinct domains")
-    spans = span_frame(inputs.results, closure(inputs.config, inputs.table_id).probes)
+        raise ValueError(f"{inputs.output_id}: corpora {domains} must have distinct domains")
+    spans = span_frame(inputs.results, closure(inputs.config, inputs.output_id).probes)
     rows = []
     for model in models:
         for span in ("Q", "A"):
@@ -353,8 +347,8 @@ def table11(inputs: TableInputs) -> Table:
     columns = tuple(column for column in frame.columns if column not in ("model", "span"))
     labels = {c: COLUMN_LABELS.get(c, c.removeprefix("cos_").replace("_", "–") + " cos.") for c in columns}
     return Table(
-        table_id=inputs.table_id,
-        title=inputs.config["tables"][inputs.table_id]["title"],
+        table_id=inputs.output_id,
+        title=inputs.title,
         keys=("model", "span"),
         columns=columns,
         rows=without_seeds(frame, columns),
@@ -364,20 +358,20 @@ def table11(inputs: TableInputs) -> Table:
     )
 
 
-def table13(inputs: TableInputs) -> Table:
+def table13(inputs: ReportInputs) -> Table:
     """Table 13: prior-side strength of the within-community and global shuffles (Appendix E.1); no seeds."""
-    pairs = closure(inputs.config, inputs.table_id).prior_validations
-    models = _first_seen(m for cell in inputs.cells for m in cell["models"])
-    corpora = _first_seen(c for cell in inputs.cells for c in cell["corpora"])
+    pairs = closure(inputs.config, inputs.output_id).prior_validations
+    models = list(inputs.rank("models"))
+    corpora = list(inputs.rank("corpora"))
     keys = ["model", "corpus", "prior"]
     order = [(m, c, kind) for m, c in product(models, corpora) if (m, c) in pairs for kind in SHUFFLE_SCOPES]
     frame = prior_frame(inputs.results, pairs).set_index(keys).loc[order, list(PRIOR_SIDE)].reset_index()
     return Table(
-        table_id=inputs.table_id,
-        title=inputs.config["tables"][inputs.table_id]["title"],
+        table_id=inputs.output_id,
+        title=inputs.title,
         keys=("corpus", "prior"),
         columns=PRIOR_SIDE,
-        rows=without_seeds(drop_model(inputs.table_id, frame), PRIOR_SIDE),
+        rows=without_seeds(drop_model(inputs.output_id, frame), PRIOR_SIDE),
         labels={c: COLUMN_LABELS[c] for c in PRIOR_SIDE},
         block="corpus",
         notes=(
@@ -389,7 +383,7 @@ def table13(inputs: TableInputs) -> Table:
     )
 
 
-TABLES: dict[str, Callable[[TableInputs], Table]] = {
+TABLES: dict[str, Callable[[ReportInputs], Table]] = {
     "table1": table1,
     "table5": table5,
     "table6": table6,

@@ -9,18 +9,45 @@ from typing import Any
 
 import pandas as pd
 
+from workflow_scripts import registry
+
 
 @dataclass(frozen=True)
-class TableInputs:
-    """What a table function reads: the validated registry and the results root (fixed layout)."""
+class ReportInputs:
+    """What a table or figure function reads: the validated registry and the results root (fixed layout)."""
 
     config: Mapping[str, Any]
-    table_id: str
+    output_id: str
     results: Path
 
     @property
+    def entry(self) -> Mapping[str, Any]:
+        """The output's registry entry (``tables.<id>`` or ``figures.<id>``)."""
+        section = "tables" if self.output_id in self.config["tables"] else "figures"
+        return self.config[section][self.output_id]
+
+    @property
+    def title(self) -> str:
+        return self.entry["title"]
+
+    @property
     def cells(self) -> list[Mapping[str, Any]]:
-        return list(self.config["tables"][self.table_id]["cells"])
+        return list(self.entry["cells"])
+
+    @property
+    def closure(self) -> registry.Closure:
+        return registry.closure(self.config, self.output_id)
+
+    def rank(self, key: str) -> dict[str, int]:
+        """Position of each id of ``key`` (models, corpora, conditions) in the output's cells.
+
+        Ids are ranked in the order the cells first list them; panels, rows and frame rows
+        follow this order.
+        """
+        seen: dict[str, None] = {}
+        for cell in self.cells:
+            seen.update(dict.fromkeys(cell.get(key, [])))
+        return {name: index for index, name in enumerate(seen)}
 
 
 @dataclass(frozen=True)
