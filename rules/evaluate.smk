@@ -47,13 +47,18 @@ rule benchmark_items:
     params:
         spec=lambda w: json.dumps(config["benchmarks"][w.benchmark], sort_keys=True),
         shuffle_seed=config["evaluation"]["choice_shuffle_seed"],
+        limit=(
+            f"--limit {config['evaluation']['items_per_benchmark']}"
+            if config["evaluation"]["items_per_benchmark"]
+            else ""
+        ),
     log:
         "logs/benchmarks/items/{benchmark}.log",
     conda:
         "../envs/eval.yaml"
     shell:
         "python -m workflow_scripts evaluate items --benchmark {wildcards.benchmark} --raw {input.raw:q}"
-        " --spec {params.spec:q} --shuffle-seed {params.shuffle_seed}"
+        " --spec {params.spec:q} --shuffle-seed {params.shuffle_seed} {params.limit}"
         " --out {output.benchmark_items:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 

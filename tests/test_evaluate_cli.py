@@ -35,7 +35,8 @@ def evaluated(tmp_path_factory) -> Path:
         assert main(["evaluate", "fixture", "--benchmark", name, "--out", str(raw)]) == 0
         assert main([
             "evaluate", "items", "--benchmark", name, "--raw", str(raw), "--spec", json.dumps(specs[name]),
-            "--shuffle-seed", "42", "--out", str(items), "--provenance", str(root / f"{name}.record.json"),
+            "--shuffle-seed", "42", "--limit", "2", "--out", str(items),
+            "--provenance", str(root / f"{name}.record.json"),
         ]) == 0  # fmt: skip
     items = [str(root / f"{name}.items.parquet") for name in BENCHMARKS]
     assert main([
@@ -55,6 +56,7 @@ def evaluated(tmp_path_factory) -> Path:
 def test_every_item_is_generated_once_per_repeat_seed(evaluated):
     generations = pd.read_parquet(evaluated / "generations.parquet")
     items = pd.concat([pd.read_parquet(evaluated / f"{name}.items.parquet") for name in BENCHMARKS])
+    assert items.groupby("benchmark").size().eq(2).all(), "--limit keeps the first two items"
     assert len(generations) == 2 * len(items)
     assert sorted(set(zip(generations["repeat"], generations["seed"], strict=True))) == [(0, 42), (1, 43)]
     assert not generations.duplicated(["benchmark", "item_id", "repeat"]).any()

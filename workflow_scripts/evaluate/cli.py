@@ -80,6 +80,8 @@ def run_items(args: argparse.Namespace) -> None:
         items = normalise(args.benchmark, raw, args.spec, args.shuffle_seed)
     except (KeyError, ValueError) as error:
         raise UserInputError(f"--raw {args.raw}: {error}") from error
+    if args.limit is not None:
+        items = items.head(args.limit)
     # Explicit types: a benchmark without options must still store ``choices`` as a list of strings.
     schema = pa.schema([(c, pa.list_(pa.string()) if c == "choices" else pa.string()) for c in ITEM_COLUMNS])
     write_parquet(pa.Table.from_pandas(items, schema=schema, preserve_index=False), args.out)
@@ -223,6 +225,9 @@ def register(stages: argparse._SubParsersAction) -> None:
     items.add_argument("--raw", required=True, help="raw parquet (hub download or toy fixture)")
     items.add_argument("--spec", required=True, type=json_argument, help="the benchmark's registry entry")
     items.add_argument("--shuffle-seed", type=int, required=True, help="option shuffle seed (F.3: 42)")
+    items.add_argument(
+        "--limit", type=int, help="keep only the first N items in source order (toy scale; default: all)"
+    )
     items.add_argument("--out", required=True, help="output items parquet")
 
     generate = add_command(
