@@ -14,6 +14,7 @@ Per rule it prints jobs, mean seconds and the share of busy time.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -71,11 +72,14 @@ def run_fresh() -> tuple[str, float]:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, target)
         started = time.perf_counter()
+        # Jobs call ``python``: the interpreter running this script must come first on PATH.
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         done = subprocess.run(
             [sys.executable, "-m", "snakemake", "--profile", "profiles/local"],
             cwd=scratch,
             capture_output=True,
             text=True,
+            env={**os.environ, "PATH": path},
         )
         seconds = time.perf_counter() - started
         if done.returncode != 0:

@@ -87,3 +87,18 @@ def test_without_a_cluster_training_rule_only_training_free_outputs_are_targets(
     jobs = dry_run(PAPER)
     built = {w["output"] for r, w in jobs if r == "provenance_manifest"}
     assert built == {"table1", "table11", "table13", "figure2"}
+
+
+@pytest.mark.parametrize("table", [f"table{n}" for n in range(1, 20)])
+def test_every_table_target_pulls_exactly_its_registry_closure(paper_config, table):
+    """The jobs behind ``results/tables/<table>.md`` are the registry's cells for it, no more, no less."""
+    from workflow_scripts.registry import BASE, closure
+
+    jobs = dry_run(PAPER_TRAINED, f"results/tables/{table}.md")
+    units = closure(paper_config, table)
+    assert _units(jobs, "train_local") == {(t.model, t.corpus, t.condition, t.seed) for t in units.trainings}
+    assert _units(jobs, "score") == {(e.model, e.corpus, e.condition, e.seed) for e in units.evaluations}
+    trained_probes = {(p.model, p.corpus, p.condition, p.seed) for p in units.probes if p.condition != BASE}
+    assert _units(jobs, "retention") == trained_probes
+    base_probes = {(p.model, p.corpus) for p in units.probes if p.condition == BASE}
+    assert {(w["model"], w["corpus"]) for r, w in jobs if r == "base_partition"} == base_probes
