@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,8 @@ TOY = ["--profile", "profiles/local"]
 # Training at paper scale runs on the cluster backend; selecting the local backend makes the
 # trainings appear as jobs, which changes the rule that trains but not what a table pulls.
 PAPER_TRAINED = [*PAPER, "--config", "training={backend: hf}"]
+# Jobs call ``python``: the interpreter running the tests comes first on their PATH.
+JOB_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.MULTILINE)
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import ROOT
+from tests.dag import JOB_ENV, ROOT
 
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", "*.egg-info"
@@ -30,7 +30,7 @@ TABLE6_CONDITIONS = ("sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard")
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", *args, "--profile", "profiles/local"]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1200, env=JOB_ENV)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 
@@ -215,7 +215,9 @@ def test_killed_training_resumes_under_snakemake(toy_run, tmp_path):
     for suffix in (".log.jsonl", ".provenance.json"):
         Path(f"{toy_run / target}{suffix}").unlink()
     command = [sys.executable, "-m", "snakemake", target, "--profile", "profiles/local"]
-    first = subprocess.Popen(command, cwd=toy_run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        command, cwd=toy_run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=JOB_ENV
+    )
     resume = Path(f"{toy_run / target}.resume")
     deadline = time.monotonic() + 300
     while not list(resume.glob("step_*.pt")):
