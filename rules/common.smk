@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 
-from workflow_scripts import registry
+from workflow_scripts import layout, registry
 
 registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.yaml")
 registry.cap_seeds(config)
@@ -102,31 +102,24 @@ def toy_model_spec(wildcards):
     return json.dumps(spec, sort_keys=True)
 
 
-PRIOR_FILES = {
-    "base": "prior.npy",
-    "shuffled_within": "shuffled-within.npy",
-    "shuffled_global": "shuffled-global.npy",
-}
-
-
 def prior_file(model, corpus, kind):
-    return f"results/priors/{model}/{corpus}/{PRIOR_FILES[kind]}"
+    return str(layout.prior_file("results", model, corpus, layout.PRIOR_FILES[kind]))
 
 
-def checkpoint_dir(training):
-    return f"results/checkpoints/{training.model}/{training.corpus}/{training.condition}/s{training.seed}"
+def checkpoint_of(model, run):
+    """The base model, or the trained checkpoint ``{corpus}/{condition}/s{seed}``."""
+    if run == registry.BASE:
+        return f"results/models/{model}/base"
+    return f"results/checkpoints/{model}/{run}"
 
 
 def probed_checkpoint(wildcards):
-    if wildcards.run == "base":
-        return f"results/models/{wildcards.model}/base"
-    return f"results/checkpoints/{wildcards.model}/{wildcards.corpus}/{wildcards.run}"
+    run = wildcards.run if wildcards.run == registry.BASE else f"{wildcards.corpus}/{wildcards.run}"
+    return checkpoint_of(wildcards.model, run)
 
 
 def evaluated_checkpoint(wildcards):
-    if wildcards.run == "base":
-        return f"results/models/{wildcards.model}/base"
-    return f"results/checkpoints/{wildcards.model}/{wildcards.run}"
+    return checkpoint_of(wildcards.model, wildcards.run)
 
 
 def evaluated_run(wildcards):
@@ -139,18 +132,11 @@ def evaluated_run(wildcards):
     return json.dumps({"model": wildcards.model, **run}, sort_keys=True)
 
 
-def evaluation_summary(evaluation):
-    if evaluation.condition == registry.BASE:
-        return f"results/evals/{evaluation.model}/base/summary.json"
-    return f"results/evals/{evaluation.model}/{evaluation.corpus}/{evaluation.condition}/s{evaluation.seed}/summary.json"
-
-
 def probe_result(probe):
     """The graph file a probe ends in: the base partition, or a trained run's retention metrics."""
-    base = f"results/graphs/{probe.model}/{probe.corpus}"
     if probe.condition == registry.BASE:
-        return f"{base}/base/partition.json"
-    return f"{base}/{probe.condition}/s{probe.seed}/metrics.json"
+        return str(layout.partition_path("results", probe.model, probe.corpus))
+    return str(layout.metrics_path("results", probe))
 
 
 def closure_inputs(output_id):
@@ -159,14 +145,16 @@ def closure_inputs(output_id):
     files = [path for corpus in sorted(closure.corpora) for path in corpus_files(corpus).values()]
     files += sorted(prior_file(p.model, p.corpus, p.kind) for p in closure.priors)
     prior_pairs = {(p.model, p.corpus) for p in closure.priors}
-    files += sorted(f"results/priors/{model}/{corpus}/stats.json" for model, corpus in prior_pairs)
-    files += sorted(f"results/priors/{m}/{c}/prior_validation.json" for m, c in closure.prior_validations)
+    files += sorted(str(layout.prior_file("results", m, c, "stats.json")) for m, c in prior_pairs)
+    files += sorted(
+        str(layout.prior_file("results", m, c, "prior_validation.json")) for m, c in closure.prior_validations
+    )
     probes = [p for p in closure.probes if p.condition == registry.BASE or TRAINS_LOCALLY]
     files += sorted(probe_result(p) for p in probes)
     evaluations = [e for e in closure.evaluations if e.condition == registry.BASE or TRAINS_LOCALLY]
-    files += sorted(evaluation_summary(e) for e in evaluations)
+    files += sorted(str(layout.summary_path("results", e)) for e in evaluations)
     if TRAINS_LOCALLY:
-        files += sorted(checkpoint_dir(t) for t in closure.trainings)
+        files += sorted(str(layout.checkpoint_dir("results", t)) for t in closure.trainings)
     return files
 
 

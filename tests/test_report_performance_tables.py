@@ -19,11 +19,12 @@ import pytest
 
 from tests.conftest import ROOT, load_config
 from workflow_scripts.atomic import write_json
+from workflow_scripts.layout import metrics_path, summary_path
 from workflow_scripts.registry import BASE, Evaluation, closure
-from workflow_scripts.report.frames import aggregate_frame, performance_frame, repeat_frame, summary_path
+from workflow_scripts.report.frames import aggregate_frame, performance_frame, repeat_frame
 from workflow_scripts.report.performance_tables import TABLES
 from workflow_scripts.report.reference import compare, load_reference
-from workflow_scripts.report.routing_frames import RETENTION_KEYS, metrics_path
+from workflow_scripts.report.routing_frames import RETENTION_KEYS
 from workflow_scripts.report.table import ReportInputs
 
 CONFIG = load_config(toy=False)

@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import ROOT, load_config
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import main as cli_main
+from workflow_scripts.layout import metrics_path, partition_path, prior_file
 from workflow_scripts.priors.stats import prior_stats
 from workflow_scripts.probe.routes import ProbeTokens, Routes, save_routes
 from workflow_scripts.registry import BASE, Evaluation, Probe, closure
@@ -27,10 +28,7 @@ from workflow_scripts.report import routing_tables
 from workflow_scripts.report.reference import compare, load_reference
 from workflow_scripts.report.routing_frames import (
     ResultFileError,
-    metrics_path,
     null_model_frame,
-    partition_path,
-    prior_file,
     prior_frame,
     retention_frame,
     span_frame,

@@ -40,6 +40,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from workflow_scripts import registry
+from workflow_scripts.layout import partition_path, prior_file, routes_path
 from workflow_scripts.probe import graphs, metrics
 from workflow_scripts.probe.analysis import Detector
 from workflow_scripts.probe.routes import load_routes
@@ -47,8 +48,6 @@ from workflow_scripts.report.frames import aggregate_frame, performance_frame
 from workflow_scripts.report.routing_frames import (
     ResultFileError,
     field,
-    partition_path,
-    prior_file,
     read_json,
     retention_frame,
     sweep_frame,
@@ -156,14 +155,6 @@ def match_communities(labels: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 def _label(config: Mapping[str, Any], condition: str) -> str:
     return "Base" if condition == registry.BASE else str(config["conditions"][condition]["label"])
-
-
-def _probe_run(probe: registry.Probe) -> str:
-    return registry.BASE if probe.condition == registry.BASE else f"{probe.condition}/s{probe.seed}"
-
-
-def _routes_path(results: Path, probe: registry.Probe) -> Path:
-    return results / "probes" / probe.model / probe.corpus / _probe_run(probe) / "routes.npz"
 
 
 def _layer_topk(path: Path, layer: int | None = None) -> tuple[np.ndarray, int, int, int]:
@@ -296,7 +287,7 @@ def figure1_data(inputs: ReportInputs) -> pd.DataFrame:
     """
     frames = []
     for base in _base_probes(inputs):
-        topk, experts, layer, moe_layer = _layer_topk(_routes_path(inputs.results, base))
+        topk, experts, layer, moe_layer = _layer_topk(routes_path(inputs.results, base))
         partition = _base_partition(inputs.results, base.model, base.corpus, layer, experts)
         detector, labels = partition["detector"], partition["labels"]
         common = {"model": base.model, "corpus": base.corpus, "layer": layer, "moe_layer": moe_layer}
@@ -308,7 +299,7 @@ def figure1_data(inputs: ReportInputs) -> pd.DataFrame:
         for run in _trained_probes(inputs):
             if (run.model, run.corpus) != (base.model, base.corpus):
                 continue
-            rows = _run_rows(_layer_topk(_routes_path(inputs.results, run), layer)[0], labels, detector)
+            rows = _run_rows(_layer_topk(routes_path(inputs.results, run), layer)[0], labels, detector)
             label = _label(inputs.config, run.condition)
             frames.append(rows.assign(**common, condition=run.condition, seed=run.seed, label=label))
     data = pd.concat(frames, ignore_index=True)
@@ -855,12 +846,12 @@ def coactivation_heatmaps_data(inputs: ReportInputs) -> pd.DataFrame:
         runs = [base] + [
             p for p in _trained_probes(inputs) if (p.model, p.corpus) == (base.model, base.corpus)
         ]
-        _, experts, layer, moe_layer = _layer_topk(_routes_path(inputs.results, base))
+        _, experts, layer, moe_layer = _layer_topk(routes_path(inputs.results, base))
         labels = _base_partition(inputs.results, base.model, base.corpus, layer, experts)["labels"]
         order = community_order(labels)
         rows, cols = np.indices((experts, experts))
         for probe in runs:
-            topk, _, _, _ = _layer_topk(_routes_path(inputs.results, probe), layer)
+            topk, _, _, _ = _layer_topk(routes_path(inputs.results, probe), layer)
             w = graphs.coactivation(topk, experts)[np.ix_(order, order)]  # (E, E), community order
             frames.append(
                 pd.DataFrame(

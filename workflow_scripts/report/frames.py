@@ -17,17 +17,10 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.evaluate.aggregate import SUITE_COLUMNS, aggregate
-from workflow_scripts.registry import BASE, Evaluation
+from workflow_scripts.layout import summary_path
+from workflow_scripts.registry import Evaluation
 
 RUN_KEYS = ("model", "corpus", "condition", "seed")
-
-
-def summary_path(results: Path, evaluation: Evaluation) -> Path:
-    """Where the evaluation stage writes one checkpoint's summary.json (base: once per model)."""
-    root = Path(results) / "evals" / evaluation.model
-    if evaluation.condition == BASE:
-        return root / BASE / "summary.json"
-    return root / str(evaluation.corpus) / evaluation.condition / f"s{evaluation.seed}" / "summary.json"
 
 
 def _number(value: Any, where: str) -> float:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.layout import metrics_path, partition_path, prior_file
 from workflow_scripts.registry import BASE, Probe
 
 PROBE_KEYS = ("model", "corpus", "condition", "seed")
@@ -64,29 +65,6 @@ PRIOR_COLUMNS = (*STRENGTH_KEYS, "bias_sd", "community_nmi", "community_nmi_min"
 
 class ResultFileError(ValueError):
     """A result file that is missing or lacks a value a table needs; the message names file and key."""
-
-
-def metrics_path(results: Path, probe: Probe) -> Path:
-    """The retention metrics of a probed trained checkpoint."""
-    return (
-        Path(results)
-        / "graphs"
-        / probe.model
-        / probe.corpus
-        / probe.condition
-        / f"s{probe.seed}"
-        / "metrics.json"
-    )
-
-
-def partition_path(results: Path, model: str, corpus: str) -> Path:
-    """The base partition (with span profile) of a model on a corpus' probe pool."""
-    return Path(results) / "graphs" / model / corpus / BASE / "partition.json"
-
-
-def prior_file(results: Path, model: str, corpus: str, name: str) -> Path:
-    """A file of the prior stage, e.g. ``stats.json`` or ``prior_validation.json``."""
-    return Path(results) / "priors" / model / corpus / name
 
 
 def read_json(path: Path) -> dict[str, Any]:
