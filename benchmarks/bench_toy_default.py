@@ -7,8 +7,13 @@ core-seconds over (cores x wall time) is the share spent in jobs; the rest is
 Snakemake scheduling, process start-up and I/O between jobs (goal <= 20%).
 Per rule it prints jobs, mean seconds and the share of busy time.
 
-    python benchmarks/bench_toy_default.py               # fresh run (minutes)
-    python benchmarks/bench_toy_default.py --log run.log # an existing run's log
+    python benchmarks/bench_toy_default.py                    # fresh run (minutes)
+    python benchmarks/bench_toy_default.py --no-fork-server   # each job in its own interpreter
+    python benchmarks/bench_toy_default.py --log run.log      # an existing run's log
+
+Comparing a run with and without the fork server (``fork_server`` in the toy overlay)
+measures what interpreter start-up costs: without it each torch job first spends
+seconds importing torch and transformers, which this log counts as time in jobs.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ def parse(log: str) -> tuple[dict[str, list[tuple[float, int]]], float]:
     return jobs, wall
 
 
-def run_fresh() -> tuple[str, float]:
+def run_fresh(fork_server: bool) -> tuple[str, float]:
     """Run the toy default in a scratch copy of the tracked and untracked-but-not-ignored files."""
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -71,11 +76,12 @@ def run_fresh() -> tuple[str, float]:
             target = scratch / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, target)
+        switch = [] if fork_server else ["--config", "fork_server=false"]
         started = time.perf_counter()
         # Jobs call ``python``: the interpreter running this script must come first on PATH.
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         done = subprocess.run(
-            [sys.executable, "-m", "snakemake", "--profile", "profiles/local"],
+            [sys.executable, "-m", "snakemake", "--profile", "profiles/local", *switch],
             cwd=scratch,
             capture_output=True,
             text=True,
@@ -94,11 +100,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--log", help="Snakemake log of a finished toy run (default: run one now)")
     parser.add_argument("--cores", type=int, default=2, help="cores the run had (profiles/local: 2)")
+    parser.add_argument(
+        "--no-fork-server", action="store_true", help="run every job in its own interpreter (fresh run only)"
+    )
     args = parser.parse_args()
     if args.log:
         log, measured = Path(args.log).read_text(), None
     else:
-        log, measured = run_fresh()
+        log, measured = run_fresh(fork_server=not args.no_fork_server)
     jobs, wall = parse(log)
     wall = measured or wall
     busy = sum(seconds * threads for runs in jobs.values() for seconds, threads in runs)

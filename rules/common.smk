@@ -5,10 +5,25 @@ from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 
-from workflow_scripts import layout, registry
+from workflow_scripts import forkserver, layout, registry
 
 registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.yaml")
 registry.cap_seeds(config)
+
+
+# Local runs may keep torch imported between jobs (workflow_scripts/forkserver.py).
+onstart:
+    if config["fork_server"]:
+        forkserver.start("logs/forkserver.log")
+
+
+onsuccess:
+    forkserver.stop()
+
+
+onerror:
+    forkserver.stop()
+
 
 OUTPUTS = registry.outputs(config)
 NEVER = "(?!x)x"  # a wildcard pattern nothing matches: the rule does not apply at this scale

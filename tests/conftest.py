@@ -1,4 +1,4 @@
-"""Shared fixtures: the shipped registry at both scales."""
+"""Shared fixtures: the shipped registry at both scales, and the inputs of a short training run."""
 
 from __future__ import annotations
 
@@ -47,3 +47,30 @@ def paper_config(_paper_config: dict) -> dict:
 @pytest.fixture()
 def toy_config() -> dict:
     return load_config(toy=True)
+
+
+@pytest.fixture(scope="session")
+def training_inputs(tmp_path_factory) -> dict[str, Path]:
+    """A tiny deepseek_v3 base, a 24-row split and its prior: what ``train run`` reads."""
+    import pandas as pd
+
+    from tests.test_train import SPEC, toy_rows, toy_tokenizer
+    from workflow_scripts.cli import main
+    from workflow_scripts.models.toy import build_toy_model, save_toy_base
+
+    root = tmp_path_factory.mktemp("training_inputs")
+    tokenizer = toy_tokenizer()
+    save_toy_base(build_toy_model("deepseek_v3", SPEC, tokenizer, 0), tokenizer, root / "base")
+    prompts, answers = toy_rows()
+    split = pd.DataFrame({"row_id": range(len(prompts)), "prompt": prompts, "answer": answers})
+    split.to_parquet(root / "train.parquet")
+    prior = ["priors", "compute", "--model", str(root / "base"), "--split", str(root / "train.parquet")]
+    prior += ["--prior", str(root / "prior.npy"), "--meta", str(root / "meta.json")]
+    prior += ["--stats", str(root / "stats.json"), "--batch-size", "8", "--max-length", "64"]
+    assert main(prior) == 0
+    return {
+        "base": root / "base",
+        "split": root / "train.parquet",
+        "prior": root / "prior.npy",
+        "meta": root / "meta.json",
+    }

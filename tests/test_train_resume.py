@@ -15,9 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 
-from tests.test_train import SPEC, toy_rows, toy_tokenizer  # noqa: E402
-from workflow_scripts.cli import main  # noqa: E402
-from workflow_scripts.models.toy import build_toy_model, load_local, save_toy_base  # noqa: E402
+from workflow_scripts.models.toy import load_local  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,26 +34,6 @@ TRAINING = {
     "parallelism": {"nodes": 1},
 }
 STEPS = 18
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("inputs")
-    tokenizer = toy_tokenizer()
-    save_toy_base(build_toy_model("deepseek_v3", SPEC, tokenizer, 0), tokenizer, root / "base")
-    prompts, answers = toy_rows()
-    split = pd.DataFrame({"row_id": range(len(prompts)), "prompt": prompts, "answer": answers})
-    split.to_parquet(root / "train.parquet")
-    prior = ["priors", "compute", "--model", str(root / "base"), "--split", str(root / "train.parquet")]
-    prior += ["--prior", str(root / "prior.npy"), "--meta", str(root / "meta.json")]
-    prior += ["--stats", str(root / "stats.json"), "--batch-size", "8", "--max-length", "64"]
-    assert main(prior) == 0
-    return {
-        "base": root / "base",
-        "split": root / "train.parquet",
-        "prior": root / "prior.npy",
-        "meta": root / "meta.json",
-    }
 
 
 def command(inputs: dict[str, Path], out: Path) -> list[str]:
@@ -95,16 +73,16 @@ def kill_after_checkpoint(inputs: dict[str, Path], out: Path) -> None:
     assert not out.exists(), "killed before the end, the run must not have saved its output"
 
 
-def test_killed_run_resumes_bit_identically(inputs, tmp_path):
+def test_killed_run_resumes_bit_identically(training_inputs, tmp_path):
     resumed, straight = tmp_path / "resumed", tmp_path / "straight"
-    kill_after_checkpoint(inputs, resumed)
-    assert "resuming after step" in finish(inputs, resumed)
-    finish(inputs, straight)
+    kill_after_checkpoint(training_inputs, resumed)
+    assert "resuming after step" in finish(training_inputs, resumed)
+    finish(training_inputs, straight)
     model_a, _ = load_local(resumed)
     model_b, tokenizer = load_local(straight)
     a, b = model_a.state_dict(), model_b.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
-    base, _ = load_local(inputs["base"])
+    base, _ = load_local(training_inputs["base"])
     assert not all(torch.equal(a[key], value) for key, value in base.state_dict().items())
     for _, gate in find_gates(model_a):
         assert "forward" not in vars(gate) and gate.forward.__func__ is type(gate).forward
@@ -121,10 +99,10 @@ def log_without_times(out: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in lines]
 
 
-def test_prior_of_another_split_is_refused(inputs, tmp_path):
+def test_prior_of_another_split_is_refused(training_inputs, tmp_path):
     other = tmp_path / "other.parquet"
-    pd.read_parquet(inputs["split"]).iloc[::-1].to_parquet(other)
-    arguments = command(inputs, tmp_path / "out")
+    pd.read_parquet(training_inputs["split"]).iloc[::-1].to_parquet(other)
+    arguments = command(training_inputs, tmp_path / "out")
     arguments[arguments.index("--split") + 1] = str(other)
     done = subprocess.run(arguments, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2

@@ -1,0 +1,26 @@
+"""A job for the fork-server tests: ``python -m tests.forkserver_job <what> [...]``.
+
+report STATUS   print its cwd, argv and $JOB_VALUE; a line on stderr; exit with STATUS
+hang PIDFILE    start a grandchild, write both pids to PIDFILE, then sleep
+raise           raise an exception
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+what = sys.argv[1]
+if what == "report":
+    print(json.dumps({"cwd": os.getcwd(), "argv": sys.argv[1:], "value": os.environ.get("JOB_VALUE")}))
+    print("to stderr", file=sys.stderr)
+    sys.exit(int(sys.argv[2]))
+if what == "hang":
+    grandchild = subprocess.Popen(["sleep", "600"])
+    with open(sys.argv[2] + ".tmp", "w") as pids:
+        json.dump([os.getpid(), grandchild.pid], pids)
+    os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+    time.sleep(600)
+if what == "raise":
+    raise RuntimeError("raised on purpose")
