@@ -119,3 +119,46 @@ def test_code_programs_run_the_benchmarks_own_tests(items):
     mbpp = items[items["benchmark"] == "mbpp"].iloc[0]
     program = mbpp_program(mbpp, "def f(): pass")
     assert all(test in program for test in json.loads(mbpp["metadata"])["test_list"])
+
+
+def _livebench_scores(tasks: list[str], scores: list[float], repeat: int = 0) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "benchmark": "livebench_math",
+            "item_id": [f"q{i}" for i in range(len(tasks))],
+            "task": tasks,
+            "repeat": repeat,
+            "seed": 42 + repeat,
+            "score": scores,
+            "extracted": None,
+        }
+    )
+
+
+def test_livebench_repeats_are_task_means_of_item_means():
+    """LiveBench's category score: three AMPS items right, one olympiad item wrong -> 50, not 75."""
+    frame = pd.concat(
+        [
+            _livebench_scores(["AMPS_Hard"] * 3 + ["olympiad"], [1.0, 1.0, 1.0, 0.0], repeat=0),
+            _livebench_scores(["AMPS_Hard"] * 3 + ["olympiad"], [0.0, 1.0, 1.0, 1.0], repeat=1),
+        ]
+    )
+    entry = summarize(frame, repeats=2)["livebench_math"]
+    tasks = frame.groupby(["repeat", "task"])["score"].mean().groupby("repeat").mean()
+    assert entry["repeat_scores"] == pytest.approx(100.0 * tasks.to_numpy())
+    assert entry["repeat_scores"] == pytest.approx([50.0, 100.0 * (2 / 3 + 1) / 2])
+
+
+def test_a_benchmark_mixing_tasks_and_plain_items_is_an_error():
+    frame = _livebench_scores(["AMPS_Hard", ""], [1.0, 0.0])
+    with pytest.raises(ValueError, match="livebench_math.*mixes"):
+        summarize(frame, repeats=1)
+
+
+def test_graded_livebench_rows_carry_their_task():
+    specs = load_config(toy=True)["benchmarks"]
+    items = normalise("livebench_math", read_fixture("livebench_math"), specs["livebench_math"], 42)
+    scores = grade(items, _generations(items, lambda item, r: "no answer"), LIMITS, 1, 10.0)
+    expected = items["metadata"].map(lambda meta: json.loads(meta)["task"])
+    assert sorted(scores["task"].unique()) == sorted(expected.unique())
+    assert (scores["task"] != "").all()

@@ -22,7 +22,8 @@ from workflow_scripts.evaluate.extraction import (
 )
 from workflow_scripts.evaluate.sandbox import Job, Limits, run_all
 
-SCORE_COLUMNS = ("benchmark", "item_id", "repeat", "seed", "score", "extracted")
+# ``task``: a LiveBench item's task (its category score averages over tasks); empty for other benchmarks.
+SCORE_COLUMNS = ("benchmark", "item_id", "task", "repeat", "seed", "score", "extracted")
 # Scores of a group of generations and what was extracted from each response.
 Graded = tuple[list[float], list[str | None]]
 
@@ -136,16 +137,38 @@ def grade(
         for position, value in zip(positions, found, strict=True):
             extracted[position] = value
     result = merged[["benchmark", "item_id", "repeat", "seed"]].copy()
+    result.insert(2, "task", [_livebench_task(row) for row in merged[["grader", "metadata"]].itertuples()])
     result["score"] = scores
     result["extracted"] = pd.Series(extracted, index=result.index, dtype="object")
     return result.sort_values(["benchmark", "item_id", "repeat"], kind="stable").reset_index(drop=True)
+
+
+def _livebench_task(row: Any) -> str:
+    return json.loads(row.metadata)["task"] if row.grader == "livebench" else ""
+
+
+def repeat_score(rows: pd.DataFrame) -> float:
+    """One repeat's score in [0, 1] of one benchmark: the item mean or, for LiveBench, its category score.
+
+    LiveBench reports a category as the mean over its tasks of each task's mean score, so a task
+    with few items weighs as much as one with many; the other benchmarks average their items.
+    """
+    from workflow_scripts.evaluate.livebench.scoring import category_score
+
+    has_task = rows["task"] != ""
+    if has_task.all():
+        return category_score(rows)
+    if has_task.any():
+        raise ValueError(f"benchmark {rows['benchmark'].iloc[0]!r} mixes LiveBench tasks and plain items")
+    return float(rows["score"].mean())
 
 
 def summarize(scores: pd.DataFrame, repeats: int) -> dict[str, dict[str, Any]]:
     """Per benchmark: the repeat scores (percent), their avg@k and sample sd, and the item count (F.5)."""
     summary = {}
     for benchmark, rows in scores.groupby("benchmark", sort=True):
-        per_repeat = rows.groupby("repeat")["score"].mean().reindex(range(repeats))
+        per_repeat = rows.groupby("repeat")[["benchmark", "task", "score"]].apply(repeat_score)
+        per_repeat = per_repeat.reindex(range(repeats))
         if per_repeat.isna().any():
             missing = per_repeat.index[per_repeat.isna()].tolist()
             raise ValueError(f"benchmark {benchmark!r} has no scores for repeats {missing}")
