@@ -56,6 +56,7 @@ DETECTOR = json.dumps(
         "resolution": config["probe"]["detector"]["resolution"],
         "seed": config["probe"]["detector"]["seed"],
         "tolerance": config["probe"]["detector"]["tolerance"],
+        "max_iterations": config["probe"]["detector"]["max_iterations"],
         "rho": config["probe"]["edge_fraction"],
     },
     sort_keys=True,
@@ -178,16 +179,23 @@ def condition_prior(wildcards):
     kind = config["conditions"][wildcards.condition].get("prior")
     if kind is None:
         return {}
-    return {
+    files = {
         "prior": prior_file(wildcards.model, wildcards.corpus, kind),
-        "prior_meta": f"results/priors/{wildcards.model}/{wildcards.corpus}/meta.json",
+        "prior_meta": str(layout.prior_file("results", wildcards.model, wildcards.corpus, "meta.json")),
     }
+    if kind != "base":  # a shuffled prior is checked against the checksum its shuffle job recorded
+        record = layout.prior_file("results", wildcards.model, wildcards.corpus, "prior_validation.json")
+        files["shuffle_record"] = str(record)
+    return files
 
 
 def prior_arguments(wildcards, input):
     if "prior" not in input.keys():
         return ""
-    return f"--prior {input.prior} --prior-meta {input.prior_meta}"
+    arguments = f"--prior {input.prior} --prior-meta {input.prior_meta}"
+    if "shuffle_record" in input.keys():
+        arguments += f" --shuffle-record {input.shuffle_record}"
+    return arguments
 
 
 REPORT_CONFIG_KEYS = ("scale", "models", "corpora", "conditions", "benchmarks", "training", "prior", "probe", "evaluation")

@@ -198,3 +198,82 @@ def test_score_frame_sums_components_minus_penalties(config: ScoringConfig) -> N
     assert scored["p_reasoning_tag"].tolist() == [False, True]
     parts = scored.filter(like="c_").sum(axis=1)
     np.testing.assert_allclose(scored["score"], parts - 100.0 * scored["n_penalties"])
+
+
+# The fast paths must give exactly the numbers of the plain RE2 formulation they replace.
+FENCE_CASES = (
+    "```a```\n```b```",
+    "````",
+    "`````",
+    "``````",
+    "```````x```",
+    "`` ` ```x``` ``",
+    "é```ü```ß",
+    "",
+    "no ticks",
+    "```",
+)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda values: pa.chunked_array([pa.array(values, pa.string())]),
+        lambda values: pa.chunked_array([pa.array(values[:3]), pa.array(values[3:])]),  # several chunks
+        lambda values: pa.array(["pad"] + values, pa.string()).slice(1),  # a sliced array
+        lambda values: pa.array(values + [None], pa.string()),  # nulls: RE2 fallback
+        lambda values: pa.array(values, pa.large_string()),  # not plain string: RE2 fallback
+    ],
+)
+def test_fenced_blocks_fast_path_equals_regex(make) -> None:
+    answers = make(list(FENCE_CASES))
+    np.testing.assert_array_equal(
+        scoring.count_fenced_blocks(answers), scoring.count_matches(answers, scoring.FENCED_BLOCK)
+    )
+
+
+def test_fenced_blocks_random_text_equals_regex() -> None:
+    rng = np.random.default_rng(0)
+    pieces = np.array(["`", "``", "```", "a", "\n", "é", " "])
+    values = ["".join(rng.choice(pieces, size=rng.integers(0, 40))) for _ in range(2000)]
+    answers = text(*values)
+    np.testing.assert_array_equal(
+        scoring.count_fenced_blocks(answers), scoring.count_matches(answers, scoring.FENCED_BLOCK)
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["<think>a</think> b ", "x</think>y</think>\n z", "no tag", "<think>open", "", " \u2003 pad \u2003"],
+        ["</think>", "</think></think>", "a</think", "\u00a0</think>\u00a0", "</think>é"],
+    ],
+)
+def test_final_answers_equal_final_completion(values: list[str]) -> None:
+    from workflow_scripts.data.completions import final_completion
+
+    raw = pa.chunked_array([pa.array(values[:2]), pa.array(values[2:])])
+    assert scoring.final_answers(raw, "</think>").equals(final_completion(raw, "</think>"))
+    with_null = pa.chunked_array([pa.array(values + [None])])
+    assert scoring.final_answers(with_null, "</think>").equals(final_completion(with_null, "</think>"))
+
+
+def test_text_penalties_union_pass_equals_separate_checks(config: ScoringConfig) -> None:
+    from workflow_scripts.data.completions import has_reasoning_tag
+
+    rng = np.random.default_rng(1)
+    pieces = np.array(["!" * 8, "?" * 9, "a", " ", "As an AI ", "language model", "<think>", "</think>", "é"])
+    values = ["".join(rng.choice(pieces, size=rng.integers(0, 12))) for _ in range(3000)]
+    prompts, answers = text(*values[::-1]), text(*values)
+    flags = scoring.penalties(prompts, answers, np.ones(len(values), dtype=bool), config)
+    tags = (config.reasoning_channel.open_tag, config.reasoning_channel.close_tag)
+    phrases = scoring.terms_pattern(config.penalties.degenerate_phrases, word_boundaries=False)
+    punctuation = scoring.punctuation_run_pattern(config.penalties.punctuation_run)
+    expected = {
+        "p_reasoning_tag": has_reasoning_tag(prompts, tags) | has_reasoning_tag(answers, tags),
+        "p_punctuation_run": scoring._any_match((prompts, answers), punctuation),
+        "p_degenerate_phrase": scoring._any_match((prompts, answers), phrases, ignore_case=True),
+    }
+    for column, values_expected in expected.items():
+        assert 0 < values_expected.sum() < len(values)  # the case is exercised both ways
+        np.testing.assert_array_equal(flags[column].to_numpy(), values_expected)

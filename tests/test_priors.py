@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -22,6 +23,7 @@ from workflow_scripts.models.toy import (
     save_toy_base,
 )
 from workflow_scripts.priors.compute import (
+    check_prior_file,
     check_prior_matches,
     compute_prior,
     gather_rows,
@@ -176,6 +178,8 @@ def test_cli_per_architecture(toy, tmp_path, monkeypatch, architecture) -> None:
     assert meta["token_count_summary"]["A"]["empty"] == 1 and meta["token_count_summary"]["Q"]["empty"] == 1
     assert len(meta["token_counts"]["Q"]) == len(toy["rows"])
     check_prior_matches(meta, split, base, tokenizer.chat_template)
+    assert meta["prior"]["sha256"] == hashlib.sha256(out["prior.npy"].read_bytes()).hexdigest()
+    assert check_prior_file(meta, out["prior.npy"], "base") == "base"
     stats = json.loads(out["stats.json"].read_text())
     assert stats == json.loads(json.dumps(prior_stats(prior, 0.05, 5.0)))
     provenance = json.loads(out["prov.json"].read_text())
@@ -247,3 +251,28 @@ def test_stats_match_independent_numpy(tmp_path) -> None:
         assert stats["spans"][name]["bias_sd"] == pytest.approx(bias[:, s].std(axis=-1).mean(), rel=1e-6)
         assert stats["spans"][name]["clamp_upper_fraction"] == pytest.approx(upper[:, s].mean(), abs=1e-12)
     assert stats["cells"] == 23 * 2 * 3 and stats["entries"] == 23 * 2 * 3 * experts
+
+
+def test_prior_modified_after_its_meta_is_refused(toy, tmp_path) -> None:
+    base, split = toy["bases"]["deepseek_v3"], toy["split"]
+    model, tokenizer = load_local(base)
+    path = tmp_path / "prior.npy"
+    result = compute_prior(model, tokenizer, toy["rows"][:4], path, 4, MAX_LENGTH, progress=False)
+    args = (result, [0, 1, 2, 3], split, base, tokenizer.chat_template, MAX_LENGTH, 4, 0.05, 5.0)
+    meta = prior_meta(*args, prior_path=path)
+    assert meta["prior"]["bytes"] == path.stat().st_size
+    assert check_prior_file(meta, path) == "base" == check_prior_file(meta, path, "base")
+
+    prior = np.load(path)
+    prior[1, 0, 0, ::-1] = prior[1, 0, 0].copy()  # same shape, dtype and row sums: only the bytes differ
+    np.save(path, prior)
+    for kind in (None, "base"):
+        with pytest.raises(UserInputError, match="modified") as error:
+            check_prior_file(meta, path, kind)
+        assert str(path) in str(error.value)
+
+    with pytest.raises(UserInputError, match="lacks the checksum") as error:
+        check_prior_file(prior_meta(*args), path)  # a meta written without the file's checksum
+    assert str(path) in str(error.value)
+    with pytest.raises(UserInputError, match="unknown prior kind"):
+        check_prior_file(meta, path, "shuffled_sideways")

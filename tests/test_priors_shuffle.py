@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+import workflow_scripts.cli as cli
+from workflow_scripts.cli import UserInputError
+from workflow_scripts.priors.compute import check_prior_file
 from workflow_scripts.priors.shuffle import (
     apply_permutations,
     check_permutations,
@@ -17,6 +22,7 @@ from workflow_scripts.priors.validation import (
     prior_side_strength,
     within_shuffle_community_check,
 )
+from workflow_scripts.provenance import file_sha256
 
 EPS, C = 0.05, 5.0
 
@@ -162,3 +168,41 @@ def test_community_check_subsamples_rows():
     assert (got["rows_total"], got["rows_used"]) == (120, 50)
     again = within_shuffle_community_check(*args, max_rows=50, chunk_rows=50)
     assert again["within"] == got["within"]
+
+
+def test_shuffle_records_checksums_the_trainer_checks(tmp_path):
+    prior, partition = planted_prior(30, 2, experts=8, blocks=2)
+    paths = {name: tmp_path / name for name in ("prior.npy", "within.npy", "global.npy", "validation.json")}
+    np.save(paths["prior.npy"], prior)
+    (tmp_path / "partition.json").write_text(json.dumps({"labels": partition.tolist()}))
+    argv = [
+        "priors", "shuffle", "--prior", str(paths["prior.npy"]),
+        "--partition", str(tmp_path / "partition.json"), "--top-k", "2", "--seed", "0",
+        "--validation-seeds", "0", "--rhos", "0.2",
+        "--within", str(paths["within.npy"]), "--global", str(paths["global.npy"]),
+        "--validation", str(paths["validation.json"]),
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    record = json.loads(paths["validation.json"].read_text())
+    for scope, name in (("source", "prior.npy"), ("within", "within.npy"), ("global", "global.npy")):
+        assert record["files"][scope]["sha256"] == file_sha256(paths[name])
+    meta = {"prior": {"path": "prior.npy", "sha256": file_sha256(paths["prior.npy"])}}
+
+    assert check_prior_file(meta, paths["within.npy"], "shuffled_within", record) == "shuffled_within"
+    assert check_prior_file(meta, paths["global.npy"], None, record) == "shuffled_global"
+    with pytest.raises(UserInputError, match="shuffle record names"):  # the other scope's file
+        check_prior_file(meta, paths["global.npy"], "shuffled_within", record)
+    with pytest.raises(UserInputError, match="modified or replaced after the meta"):
+        check_prior_file(meta, paths["within.npy"], "base", record)
+    with pytest.raises(UserInputError, match="no shuffle record"):
+        check_prior_file(meta, paths["within.npy"], None, None)
+    other = {"prior": {"sha256": "0" * 64}}
+    with pytest.raises(UserInputError, match="made from a prior"):
+        check_prior_file(other, paths["within.npy"], "shuffled_within", record)
+
+    shuffled = np.load(paths["within.npy"])
+    shuffled[0, 0, 0] = shuffled[0, 0, 0, ::-1].copy()
+    np.save(paths["within.npy"], shuffled)  # edited after the shuffle wrote it
+    with pytest.raises(UserInputError, match="modified or replaced after the shuffle") as error:
+        check_prior_file(meta, paths["within.npy"], "shuffled_within", record)
+    assert str(paths["within.npy"]) in str(error.value)

@@ -152,3 +152,79 @@ def test_modularity_matches_networkx(resolution):
 
 def test_canonical_labels():
     np.testing.assert_array_equal(canonical_labels(np.array([7, 7, 3, 9, 3])), [0, 0, 1, 2, 1])
+
+
+# --- vectorised co-activation, fast Louvain, batched threshold/modularity (issue 4 audit) ----------
+
+
+def itertools_coactivation(topk: np.ndarray, num_experts: int) -> np.ndarray:
+    """Per-token reference: Python ints, itertools.permutations over each token's ordered pairs."""
+    import itertools
+
+    w = np.zeros((num_experts, num_experts))
+    for row in np.asarray(topk).tolist():
+        for i, j in itertools.permutations(row, 2):
+            w[i, j] += 1
+    return w / len(topk)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64, np.uint8])
+def test_coactivation_layers_matches_per_token_loop_for_any_id_order_and_dtype(dtype):
+    rng = np.random.default_rng(11)
+    topk = random_topk(rng, (4, 700), 64, 6)
+    topk = np.take_along_axis(topk, rng.permuted(np.tile(np.arange(6), (4, 700, 1)), axis=-1), axis=-1)
+    stacked = coactivation_layers(topk.astype(dtype), 64)
+    assert stacked.dtype == np.float64 and stacked.shape == (4, 64, 64)
+    for layer in range(4):
+        np.testing.assert_array_equal(stacked[layer], itertools_coactivation(topk[layer], 64))
+    # The probe stores ids ascending and as a non-contiguous view must give the same graph.
+    np.testing.assert_array_equal(coactivation_layers(np.sort(topk, axis=-1)[:, ::2], 64)[0],
+                                  itertools_coactivation(np.sort(topk[0], axis=-1)[::2], 64))  # fmt: skip
+
+
+def test_coactivation_single_expert_rows_have_no_edges():
+    assert not coactivation(np.array([[3], [1], [3]]), 5).any()
+
+
+@pytest.mark.parametrize("position", [(0, 1), (2, 5), (4, 5)])
+def test_coactivation_rejects_a_repeated_id_at_any_positions(position):
+    topk = random_topk(np.random.default_rng(3), (2, 50), 16, 6)
+    topk[1, 17, position[1]] = topk[1, 17, position[0]]
+    with pytest.raises(ValueError, match="distinct"):
+        coactivation_layers(topk, 16)
+
+
+def test_louvain_level_cap_binds_and_is_validated():
+    from workflow_scripts.probe.null_model import null_graphs
+
+    # A thresholded null graph on which Louvain runs more than one level.
+    p = np.random.default_rng(0).dirichlet(np.full(64, 3.0))
+    w = threshold_top_fraction(null_graphs(p, 3000, 6, samples=1, seed=0)[0], 0.1)
+    one, full = louvain(w, max_level=1), louvain(w)
+    assert one.max() > full.max()  # the cap stopped before the second level merged communities
+    from workflow_scripts.probe.analysis import Detector
+
+    np.testing.assert_array_equal(Detector(max_iterations=1).detect(w), one)
+    np.testing.assert_array_equal(Detector().detect(w), full)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="max_level"):
+            louvain(w, max_level=bad)
+
+
+def test_batched_threshold_and_modularities_equal_one_at_a_time():
+    from workflow_scripts.probe.communities import modularities
+
+    rng = np.random.default_rng(8)
+    raw = np.stack([coactivation(random_topk(rng, (400,), 24, 4), 24) for _ in range(5)])
+    raw[2] = np.round(raw[2], 2)  # ties: the stable order must match the single-graph path
+    for rho in (0.05, 0.1, 0.5, 1.0):
+        kept = threshold_top_fraction(raw, rho)
+        for graph, one in zip(raw, kept, strict=True):
+            np.testing.assert_array_equal(one, threshold_top_fraction(graph, rho))
+        labels = np.stack([louvain(g) for g in kept])
+        labels[3] = labels[3] * 7 + 2  # arbitrary label values
+        for resolution in (0.5, 1.0):
+            q = modularities(kept, labels, resolution)
+            expected = [modularity(g, lab, resolution) for g, lab in zip(kept, labels, strict=True)]
+            np.testing.assert_allclose(q, expected, rtol=0, atol=1e-12)
+    assert np.isnan(modularities(np.zeros((2, 3, 3)), np.zeros((2, 3), int))).all()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.spatial.distance import jensenshannon
+from scipy.spatial.distance import cityblock, jensenshannon
 from sklearn.metrics import normalized_mutual_info_score
 
 from workflow_scripts.probe.communities import louvain, modularity
@@ -66,6 +66,20 @@ def test_expert_marginals_batched():
     topk = np.array([[[0, 1], [1, 2]], [[3, 0], [3, 1]]])  # (L=2, N=2, k=2)
     np.testing.assert_allclose(expert_marginals(topk, 4), [[0.25, 0.5, 0.25, 0.0], [0.25, 0.25, 0.0, 0.5]])
     np.testing.assert_allclose(expert_marginals(topk[0], 4), [0.25, 0.5, 0.25, 0.0])
+
+
+def test_tvd_matches_scipy_cityblock():
+    """TVD = 0.5 * L1 distance, against scipy's independent L1 (``cityblock``) implementation."""
+    rng = np.random.default_rng(7)
+    for trial in range(50):
+        p, q = random_dist(rng, 64, zeros=trial % 5), random_dist(rng, 64, zeros=(trial + 2) % 4)
+        assert tvd(p, q) == pytest.approx(0.5 * cityblock(p, q), abs=1e-15)
+    batch_p = np.stack([random_dist(rng, 16, zeros=0) for _ in range(6)])
+    batch_q = np.stack([random_dist(rng, 16, zeros=3) for _ in range(6)])
+    expected = [0.5 * cityblock(a, b) for a, b in zip(batch_p, batch_q, strict=True)]
+    np.testing.assert_allclose(tvd(batch_p, batch_q), expected, rtol=0, atol=1e-15)
+    one_hot = np.eye(8)
+    assert tvd(one_hot[0], one_hot[3]) == 0.5 * cityblock(one_hot[0], one_hot[3]) == 1.0
 
 
 def test_tvd_and_jsd_match_references():
@@ -188,3 +202,26 @@ def test_planted_graph_beats_null_on_modularity():
     np.testing.assert_array_equal(result.q_null, again.q_null)
     with pytest.raises(ValueError):
         null_margins(threshold_top_fraction(observed, 0.10), base, topk.shape[0], samples=2)
+
+
+def test_null_margins_equal_the_one_graph_at_a_time_pipeline():
+    """The vectorised null model scores exactly the B.1 graphs: same draws, same per-graph pipeline."""
+    topk = block_topk(3)
+    observed = coactivation(topk, 32)
+    base = louvain(threshold_top_fraction(observed, 0.10), seed=1)
+    result = null_margins(observed, base, topk.shape[0], samples=12, seed=4, rho=0.15, detector_seed=1)
+    p, k = graph_marginals(observed)
+    nulls = null_graphs(p, topk.shape[0], k, samples=12, seed=4)  # the same 12 multinomial draws
+    q_null, nmi_null = [], []
+    for graph in nulls:
+        thr = threshold_top_fraction(graph, 0.15)
+        labels = louvain(thr, seed=1)
+        q_null.append(modularity(thr, labels))
+        nmi_null.append(community_nmi(labels, base))
+    np.testing.assert_allclose(result.q_null, q_null, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(result.nmi_null, nmi_null)
+    assert result.q_beat_share == np.mean(result.q_observed > np.asarray(q_null))
+    # A level cap of 1 is passed through to every Louvain run.
+    capped = null_margins(observed, base, topk.shape[0], samples=12, seed=4, rho=0.15, max_level=1)
+    thr = threshold_top_fraction(nulls[0], 0.15)
+    assert capped.q_null[0] == pytest.approx(modularity(thr, louvain(thr, max_level=1)), abs=1e-12)

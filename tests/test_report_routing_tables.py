@@ -160,7 +160,7 @@ def _partition(template: dict[str, Any], model: dict[str, Any], rng: np.random.G
         data["spans"][span] = {
             "p_topk": p_topk.tolist(),
             "effective_expert_fraction": fraction,
-            "tokens": 2500,
+            "tokens": 1500 if span == "Q" else 3500,
         }
     return data
 
@@ -368,7 +368,7 @@ def test_loaders_name_the_file_and_key(tmp_path: Path, stage_outputs: dict[str, 
 
 def test_table_registry() -> None:
     config = load_config(toy=False)
-    assert set(routing_tables.TABLES) == {f"table{i}" for i in (1, 5, 6, 9, 10, 11, 13, 15)}
+    assert set(routing_tables.TABLES) == {f"table{i}" for i in (1, 5, 6, 9, 10, 11, 13, 15)} | {"appendix_d2"}
     assert set(routing_tables.TABLES) <= set(config["tables"])
 
 
@@ -540,6 +540,28 @@ def test_table11_needs_distinct_domains(world: World) -> None:
         routing_tables.table11(world.inputs("table11", config))
 
 
+def test_appendix_d2_base_routing_against_numpy(world: World) -> None:
+    table = routing_tables.appendix_d2(world.inputs("appendix_d2"))
+    assert _row_keys(table) == [("moonlight",), ("deepseek_v2_lite",), ("qwen3_30b",)]
+    for _, row in table.rows.iterrows():
+        p = {}
+        for domain, corpus in (("math", "math20k"), ("code", "coding20k")):
+            spans = world.partitions[(row["model"], corpus)]["spans"].values()
+            counts = sum(np.asarray(s["p_topk"]) * s["tokens"] for s in spans)  # (L, E) activations
+            p[domain] = counts.sum(axis=0) / counts.sum()  # equal tokens per layer: layer mean = pooled
+        uniform = np.full_like(p["math"], 1.0 / p["math"].size)
+        assert row["sharpness_math"] == pytest.approx(np.abs(p["math"] - uniform).sum(), rel=1e-12)
+        assert row["sharpness_code"] == pytest.approx(np.abs(p["code"] - uniform).sum(), rel=1e-12)
+        assert row["cross_domain"] == pytest.approx(np.abs(p["math"] - p["code"]).sum(), rel=1e-12)
+
+
+def test_appendix_d2_needs_a_math_and_a_code_corpus(world: World) -> None:
+    config = copy.deepcopy(world.config)
+    config["tables"]["appendix_d2"]["cells"][0]["corpora"] = ["math20k", "openr1math"]
+    with pytest.raises(ValueError, match="one math and one code corpus"):
+        routing_tables.appendix_d2(world.inputs("appendix_d2", config))
+
+
 def test_table13_prior_side_strength(world: World) -> None:
     table = routing_tables.table13(world.inputs("table13"))
     assert _row_keys(table) == _grid(CORPORA, ["shuffled_within", "shuffled_global"])
@@ -590,7 +612,7 @@ def test_toy_scale_builds_every_table(tmp_path: Path, stage_outputs: dict[str, d
 
 
 @pytest.mark.parametrize(
-    "table_id", ["table5", "table6", "table9", "table10", "table11", "table13", "table15"]
+    "table_id", ["table5", "table6", "table9", "table10", "table11", "table13", "table15", "appendix_d2"]
 )
 def test_reference_matches_table_keys_and_columns(world: World, table_id: str) -> None:
     reference = load_reference(ROOT / "reference" / f"{table_id}.csv")

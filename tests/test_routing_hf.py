@@ -7,6 +7,7 @@ selections are not decided by rounding noise.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -329,3 +330,109 @@ def test_context_validation_and_shape_errors():
         gate = find_gates(model)[0][1]
         with pytest.raises(ValueError, match="B\\*T"):
             gate(torch.randn(BATCH * SEQ + 1, HIDDEN))
+
+
+# ------------------------------------------------ soft RPB at moderate beta vs an independent numpy gate
+
+
+def _np_bias(prior: np.ndarray, eps: float = 0.05, cap: float = 5.0) -> np.ndarray:
+    """eq. (3) in numpy: clamp to [eps/E, C/E], renormalise, log, subtract the expert mean."""
+    num_exp = prior.shape[-1]
+    c = np.clip(prior.astype(np.float64), eps / num_exp, cap / num_exp)
+    log_c = np.log(c / c.sum(axis=-1, keepdims=True))
+    return log_c - log_c.mean(axis=-1, keepdims=True)
+
+
+def _np_softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _np_topk(scores: np.ndarray, k: int) -> np.ndarray:
+    return np.argsort(-scores, axis=-1, kind="stable")[:, :k]
+
+
+def _np_group_keep(scores: np.ndarray, groups: int, keep: int, group_score) -> np.ndarray:
+    """(N, E) mask of the experts in each token's ``keep`` best groups."""
+    n, num_exp = scores.shape
+    per_group = scores.reshape(n, groups, num_exp // groups)
+    best = _np_topk(group_score(per_group), keep)  # (N, keep)
+    mask = np.zeros((n, groups), dtype=bool)
+    np.put_along_axis(mask, best, True, axis=1)
+    return np.repeat(mask, num_exp // groups, axis=1)
+
+
+def _np_soft_gate(arch, gate, hidden, prior, spans, layer, beta, bias_in_weights):
+    """Reference soft-RPB gate: selection on z + beta*b, weights by the architecture's rule."""
+    w = gate.weight.detach().double().numpy()
+    x = hidden.reshape(-1, w.shape[1]).double().numpy()
+    z = x @ w.T  # (N, E)
+    flat = spans.reshape(-1).numpy()
+    sample = np.repeat(np.arange(spans.shape[0]), spans.shape[1])
+    bias = _np_bias(prior.numpy())[sample, np.clip(flat, 0, 1), layer]  # (N, E)
+    bias[flat < 0] = 0.0  # no-span tokens: no bias
+    biased = z + beta * bias
+    weigh_from = biased if bias_in_weights else z
+    k = gate.top_k
+    if arch == "deepseek_v3":
+        choice = 1.0 / (1.0 + np.exp(-biased)) + gate.e_score_correction_bias.double().numpy()
+        top_two = lambda g: np.sort(g, axis=-1)[..., -2:].sum(axis=-1)  # noqa: E731
+        choice = np.where(_np_group_keep(choice, gate.num_group, gate.topk_group, top_two), choice, -np.inf)
+        idx = _np_topk(choice, k)
+        weights = np.take_along_axis(1.0 / (1.0 + np.exp(-weigh_from)), idx, axis=1)
+        if gate.norm_topk_prob:
+            weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+        return idx, weights * gate.routed_scaling_factor
+    probs = _np_softmax(biased)
+    if arch.startswith("deepseek_v2"):
+        if gate.topk_method == "group_limited_greedy":
+            keep = _np_group_keep(probs, gate.num_group, gate.topk_group, lambda g: g.max(axis=-1))
+            probs = np.where(keep, probs, 0.0)
+        idx = _np_topk(probs, k)
+        return idx, np.take_along_axis(_np_softmax(weigh_from), idx, axis=1) * gate.routed_scaling_factor
+    idx = _np_topk(probs, k)  # qwen3_moe
+    weights = np.take_along_axis(_np_softmax(weigh_from), idx, axis=1)
+    if gate.norm_topk_prob:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    return idx, weights
+
+
+def _dense(indices: np.ndarray, weights: np.ndarray, num_exp: int) -> np.ndarray:
+    """(N, E) gate weights with zeros off the selection (order-free comparison of top-k outputs)."""
+    out = np.zeros((indices.shape[0], num_exp))
+    np.put_along_axis(out, indices, weights, axis=1)
+    return out
+
+
+@pytest.mark.parametrize("bias_in_weights", [False, True])
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_soft_rpb_matches_numpy_reference(arch, beta, bias_in_weights):
+    model = build_model(arch)
+    num_exp = num_experts(model)
+    rng = np.random.default_rng(3)
+    prior = torch.from_numpy(rng.dirichlet(np.full(num_exp, 0.3), size=(BATCH, 2, len(MOE_LAYERS))))
+    prior = prior.float()  # some entries fall outside [eps/E, C/E]: the clamp is exercised
+    spans = span_ids()
+    context = RoutingContext.from_prior(
+        prior, spans, mode="soft", beta=beta, bias_in_gate_weights=bias_in_weights
+    )
+    changed = 0
+    with attach(model, context), torch.no_grad():
+        for layer, (_, gate) in enumerate(find_gates(model)):
+            hidden = gate_input(gate)
+            _, weights, indices = gate(hidden)
+            ref_idx, ref_weights = _np_soft_gate(
+                arch, gate, hidden, prior, spans, layer, beta, bias_in_weights
+            )
+            got = np.sort(indices.numpy(), axis=1)
+            assert np.array_equal(got, np.sort(ref_idx, axis=1)), f"layer {layer}: selection differs"
+            np.testing.assert_allclose(
+                _dense(indices.numpy(), weights.double().numpy(), num_exp),
+                _dense(ref_idx, ref_weights, num_exp),
+                rtol=1e-5,
+                atol=1e-6,
+            )
+            stock_idx = np.sort(stock(gate, hidden)[2].numpy(), axis=1)
+            changed += int((got != stock_idx).any(axis=1).sum())
+    assert changed > 0  # the bias moved some selections: the comparison is not the stock gate's

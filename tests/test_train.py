@@ -211,3 +211,160 @@ def test_training_section_checks(toy_config):
     for change in ({"backend": "megatron"}, {"packing": True}, {"precision": "bf16"}):
         with pytest.raises(UserInputError):
             train_config({**toy_config["training"], **change})
+
+
+# ------------------------------------------------ expert (correction) bias update, F.6
+
+
+def _bias(model) -> np.ndarray:
+    return np.stack([gate.e_score_correction_bias.detach().numpy().copy() for _, gate in find_gates(model)])
+
+
+def _biased_v3(tokenizer):
+    """A deepseek_v3 toy whose correction bias is non-zero (so the update starts somewhere)."""
+    model = build_toy_model("deepseek_v3", SPEC, tokenizer, 0)
+    with torch.no_grad():
+        for _, gate in find_gates(model):
+            gate.e_score_correction_bias.copy_(torch.linspace(-0.01, 0.01, SPEC.num_experts))
+    return model
+
+
+def _step_loads_by_hand(model, examples, pad_token_id, plan, step):
+    """Experts the stock gates select on the step's rows (non-pad tokens), counted per layer: (L, E)."""
+    from workflow_scripts.train.batches import collate
+
+    chosen = {}
+    hooks = [
+        gate.register_forward_hook(lambda m, a, out, i=i: chosen.__setitem__(i, out[2].detach()))
+        for i, (_, gate) in enumerate(find_gates(model))
+    ]
+    counts = np.zeros((MOE_LAYERS, SPEC.num_experts), dtype=np.int64)
+    with torch.no_grad():
+        for rows in plan.micro_batches(step):
+            batch = collate(examples, rows, pad_token_id, "answer")
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+            keep = batch.attention_mask.reshape(-1).bool()
+            for layer in range(MOE_LAYERS):
+                picked = chosen[layer][keep].reshape(-1).numpy()
+                counts[layer] += np.bincount(picked, minlength=SPEC.num_experts)
+    for hook in hooks:
+        hook.remove()
+    return counts
+
+
+def test_expert_bias_update_rate_per_condition(toy_config):
+    rate = 1e-3
+    for name, condition in toy_config["conditions"].items():
+        objective = Objective.from_condition(condition, expert_bias_update_rate=rate)
+        frozen = condition["intervention"] in ("rpb", "rpb_hard")  # rpb*, within_*, global_hard
+        assert objective.expert_bias_update_rate == (0.0 if frozen else rate), name
+        assert objective.load_balancing == 0.0 or not frozen
+    assert toy_config["training"]["expert_bias_update_rate"] == 1e-3
+    with pytest.raises(ValueError, match="bias-update"):
+        Objective(intervention="rpb", routing_mode="soft", beta=1.0, expert_bias_update_rate=1e-3)
+    with pytest.raises(ValueError, match="bias-update"):
+        Objective(intervention="rpb_hard", expert_bias_update_rate=1e-3)
+    with pytest.raises(ValueError, match=">= 0"):
+        Objective(expert_bias_update_rate=-1.0)
+
+
+@pytest.mark.parametrize("name", ["none", "load_balancing"])
+def test_non_rpb_step_moves_the_correction_bias_toward_balance(tokenizer, examples, name):
+    import copy
+
+    rate = 1e-3
+    model = _biased_v3(tokenizer)
+    before = _bias(model)
+    plan = BatchPlan(len(examples), 8, 4, 0, 1)
+    loads_step1 = _step_loads_by_hand(copy.deepcopy(model).train(), examples, tokenizer.pad_token_id, plan, 0)
+    objective = Objective.from_condition(CONDITIONS[name], expert_bias_update_rate=rate)
+    records = train(model, examples, objective, config(2), 0, tokenizer.pad_token_id, toy_prior())
+    loads = [np.asarray(r["expert_load"], dtype=np.int64) for r in records]
+    assert np.array_equal(loads[0], loads_step1)  # the recorded counts are the gates' real selections
+    for step, load in enumerate(loads):  # every non-pad token of the global batch fills top_k slots
+        tokens = sum(len(examples[int(i)].input_ids) for rows in plan.micro_batches(step) for i in rows)
+        assert (load.sum(axis=-1) == tokens * SPEC.top_k).all()
+    # by hand (float32, as the buffer): b += rate * sign(mean load - load), once per step
+    expected = before.astype(np.float32)
+    for load in loads:
+        direction = np.sign(load.mean(axis=-1, keepdims=True) - load).astype(np.float32)
+        assert (direction != 0).any()
+        moved = expected + direction * np.float32(rate)
+        np.testing.assert_allclose(np.abs(moved - expected)[direction != 0], rate, rtol=1e-4)
+        expected = moved
+    after = _bias(model)
+    assert np.array_equal(after, expected)
+    step1 = np.sign(loads[0].mean(axis=-1, keepdims=True) - loads[0])
+    assert ((after - before)[step1 < 0] < rate).all()  # overloaded at step 1 cannot have gained twice
+
+
+@pytest.mark.parametrize("name", ["rpb", "rpb_hard"])
+def test_rpb_step_leaves_the_correction_bias_unchanged(tokenizer, examples, name):
+    model = _biased_v3(tokenizer)
+    before = _bias(model)
+    objective = Objective.from_condition(CONDITIONS[name], expert_bias_update_rate=1e-3)
+    assert objective.expert_bias_update_rate == 0.0
+    records = train(model, examples, objective, config(2), 0, tokenizer.pad_token_id, toy_prior())
+    assert np.array_equal(_bias(model), before)
+    assert any(np.ptp(np.asarray(r["expert_load"]), axis=-1).any() for r in records)  # unbalanced loads
+
+
+def test_bias_update_resumes_bit_identically(tokenizer, examples, tmp_path):
+    """A run resumed from its step-2 checkpoint continues from the updated bias, not the base's."""
+    objective = Objective.from_condition(CONDITIONS["none"], expert_bias_update_rate=1e-2)
+    settings = config(4, checkpoint_every_steps=2)
+    straight = _biased_v3(tokenizer)
+    records = train(straight, examples, objective, settings, 0, tokenizer.pad_token_id, None, tmp_path, "k")
+    assert [p.name for p in sorted(tmp_path.glob("step_*.pt"))] == ["step_00000002.pt"]
+    resumed = _biased_v3(tokenizer)  # a fresh base: everything after step 2 comes from the checkpoint
+    again = train(resumed, examples, objective, settings, 0, tokenizer.pad_token_id, None, tmp_path, "k")
+    a, b = straight.state_dict(), resumed.state_dict()
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in records] == [
+        {k: v for k, v in r.items() if k != "seconds"} for r in again
+    ]
+    assert not np.array_equal(_bias(straight), _bias(_biased_v3(tokenizer)))
+
+
+def test_training_section_bias_rate(toy_config):
+    from workflow_scripts.cli import UserInputError
+    from workflow_scripts.train.cli import expert_bias_update_rate
+
+    assert expert_bias_update_rate(toy_config["training"]) == 1e-3
+    assert expert_bias_update_rate({}) == 1e-3  # Megatron-Core's moe_router_bias_update_rate default
+    assert expert_bias_update_rate({"expert_bias_update_rate": 0}) == 0.0
+    for bad in (-1e-3, "fast", True):
+        with pytest.raises(UserInputError, match="expert_bias_update_rate"):
+            expert_bias_update_rate({"expert_bias_update_rate": bad})
+
+
+# ------------------------------------------------ layer combination of the aux terms (Megatron)
+
+
+def test_load_balancing_and_z_loss_sum_over_layers_kl_terms_average():
+    from workflow_scripts.routing import core
+    from workflow_scripts.train.objective import router_probabilities
+
+    generator = torch.Generator().manual_seed(0)
+    layers, tokens, experts, k = 3, 10, 8, 2
+    logits = [torch.randn(tokens, experts, generator=generator) for _ in range(layers)]
+    indices = [z.topk(k, dim=-1).indices for z in logits]
+    mask = torch.ones(tokens, dtype=torch.bool)
+    mask[-2:] = False
+    spans = torch.tensor([[-1, 0, 0, 0, 1, 1, 1, 1, -1, -1]])
+    prior = torch.distributions.Dirichlet(torch.ones(experts)).sample((1, 2, layers))
+    objective = Objective(load_balancing=1e-3, z_loss=1e-3, kl_base=1.0, logit_l2=1e-2)
+    for arch in ("deepseek_v3", "qwen3_moe"):
+        terms = objective.data_terms(arch, logits, indices, mask, spans, prior)
+        lbl = [
+            core.load_balancing_loss(router_probabilities(arch, z), i, experts, k, mask)
+            for z, i in zip(logits, indices, strict=True)
+        ]
+        torch.testing.assert_close(terms["load_balancing"], torch.stack(lbl).sum())
+        torch.testing.assert_close(terms["z_loss"], torch.stack([core.z_loss(z, mask) for z in logits]).sum())
+        span_mask = spans.reshape(-1) >= 0
+        kl = []
+        for layer, z in enumerate(logits):
+            rows = core.span_bias_per_token(prior[:, :, layer], spans).reshape(z.shape)
+            kl.append(core.kl_to_base(rows, z, span_mask))
+        torch.testing.assert_close(terms["kl_base"], torch.stack(kl).mean())

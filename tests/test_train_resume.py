@@ -108,3 +108,52 @@ def test_prior_of_another_split_is_refused(training_inputs, tmp_path):
     assert done.returncode == 2
     assert "does not belong to this run: split" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def short_run(inputs: dict[str, Path], out: Path, prior: Path, meta: Path, kind: str, *extra: str):
+    """``train run`` for 3 steps (one epoch) with ``prior``/``meta`` and a condition of prior ``kind``."""
+    arguments = command(inputs, out)
+    condition = {"intervention": "rpb", "params": {"beta": 1.0}, "prior": kind}
+    training = {**TRAINING, "epochs": 1, "checkpoint_every_steps": 100}
+    for flag, value in (("--condition", condition), ("--training", training)):
+        arguments[arguments.index(flag) + 1] = json.dumps(value)
+    for flag, value in (("--prior", prior), ("--prior-meta", meta)):
+        arguments[arguments.index(flag) + 1] = str(value)
+    arguments += list(extra)
+    return subprocess.run(arguments, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120)
+
+
+def test_prior_modified_after_its_meta_is_refused(training_inputs, tmp_path):
+    import numpy as np
+
+    prior = tmp_path / "prior.npy"
+    values = np.load(training_inputs["prior"])
+    values[0, 1, 0] = values[0, 1, 0, ::-1].copy()
+    np.save(prior, values)  # the same shape and row sums; only the bytes differ from the meta's record
+    done = short_run(training_inputs, tmp_path / "out", prior, training_inputs["meta"], "base")
+    assert done.returncode == 2
+    assert f"prior file {prior} has sha256" in done.stderr and "modified or replaced" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_shuffled_prior_is_checked_against_its_shuffle_record(training_inputs, tmp_path):
+    from workflow_scripts.cli import main
+
+    labels = [[0, 0, 0, 0, 1, 1, 1, 1]] * 2  # (L, E) of the training inputs' base
+    (tmp_path / "partition.json").write_text(json.dumps({"labels": labels}))
+    within, record = tmp_path / "shuffled-within.npy", tmp_path / "prior_validation.json"
+    shuffle = ["priors", "shuffle", "--prior", str(training_inputs["prior"]), "--partition"]
+    shuffle += [str(tmp_path / "partition.json"), "--top-k", "2", "--seed", "0", "--validation-seeds", "0"]
+    shuffle += ["--rhos", "0.2", "--within", str(within), "--global", str(tmp_path / "shuffled-global.npy")]
+    assert main([*shuffle, "--validation", str(tmp_path / "elsewhere.json")]) == 0
+    meta = training_inputs["meta"]
+
+    done = short_run(training_inputs, tmp_path / "a", within, meta, "shuffled_within")  # no record beside it
+    assert done.returncode == 2 and "no shuffle record" in done.stderr
+    done = short_run(training_inputs, tmp_path / "b", within, meta, "shuffled_global",
+                     "--shuffle-record", str(tmp_path / "elsewhere.json"))  # fmt: skip
+    assert done.returncode == 2 and "the shuffle record names" in done.stderr
+    (tmp_path / "elsewhere.json").rename(record)  # where the shuffle rule writes it: found by default
+    done = short_run(training_inputs, tmp_path / "c", within, meta, "shuffled_within")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c").is_dir()

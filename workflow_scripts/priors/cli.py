@@ -77,6 +77,7 @@ def run_compute(args: argparse.Namespace) -> None:
         args.clip_eps,
         args.clip_c,
         architecture=getattr(model.config, "model_type", None),
+        prior_path=args.prior,
     )
     write_json(args.meta, meta)
     write_json(args.stats, prior_stats(load_prior(args.prior), args.clip_eps, args.clip_c))
@@ -93,6 +94,7 @@ def run_shuffle(args: argparse.Namespace) -> None:
         within_community_permutations,
     )
     from workflow_scripts.priors.validation import prior_side_strength, within_shuffle_community_check
+    from workflow_scripts.provenance import path_digest
 
     prior = load_prior(args.prior)
     partition = np.asarray(json.loads(Path(args.partition).read_text())["labels"])
@@ -106,14 +108,18 @@ def run_shuffle(args: argparse.Namespace) -> None:
         "global": (global_permutations(*partition.shape, args.seed), args.global_out),
     }
     strength = {}
+    files = {"source": path_digest(args.prior)}  # checksums the trainer checks (check_prior_file)
     for scope, (perms, path) in scopes.items():
         apply_permutations(prior, perms, path)
+        files[scope] = path_digest(path)
         strength[scope] = prior_side_strength(prior, load_prior(path), args.top_k, args.clip_eps, args.clip_c)
         strength[scope]["permutations"] = perms.tolist()
     check = within_shuffle_community_check(
         prior, partition, args.validation_seeds, args.rhos, args.top_k, args.clip_eps, args.clip_c
     )
-    write_json(args.validation, {"seed": args.seed, "strength": strength, "community_check": check})
+    write_json(
+        args.validation, {"seed": args.seed, "files": files, "strength": strength, "community_check": check}
+    )
 
 
 def add_clip_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,4 +178,8 @@ def register(stages: argparse._SubParsersAction) -> None:
     shuffle.add_argument(
         "--global", dest="global_out", required=True, help="output .npy: globally shuffled prior"
     )
-    shuffle.add_argument("--validation", required=True, help="output JSON: Table 13 strength and B.2 check")
+    shuffle.add_argument(
+        "--validation",
+        required=True,
+        help="output JSON: sha256 of the source and shuffled priors, Table 13 strength and B.2 check",
+    )

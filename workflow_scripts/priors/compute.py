@@ -28,6 +28,12 @@ Layer axis: ``L`` indexes the MoE layers in ascending decoder-layer order
 Output: a float32 ``.npy`` of shape ``(N, 2, L, E)`` whose row ``i`` is the split's row ``i``,
 written batch by batch into a memory-mapped temporary file (memory use does not grow with
 ``N``) and moved into place when complete.
+
+Integrity: ``meta.json`` records the sha256 of the ``.npy`` it describes (``prior``), and the
+shuffle of ``workflow_scripts.priors.shuffle`` records the sha256 of its source prior and of
+each shuffled file (``files`` of ``prior_validation.json``). ``check_prior_file`` refuses a
+prior whose bytes are not the ones recorded, so a prior edited or replaced after its meta
+was written cannot be trained on.
 """
 
 from __future__ import annotations
@@ -249,6 +255,7 @@ def prior_meta(
     clip_eps: float,
     clip_c: float,
     architecture: str | None = None,
+    prior_path: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The meta.json of a prior: what it was computed from and how to read it.
 
@@ -260,7 +267,8 @@ def prior_meta(
     ``token_count_summary`` (min/mean/max/empty per span); ``empty_span_fill``; ``model``
     (``path_digest`` of the checkpoint directory) and ``architecture``; ``split``
     (``path_digest`` of the parquet: path, sha256, bytes); ``chat_template_sha256``;
-    ``clip_eps`` and ``clip_c`` (the clamp the bias of eq. (3) is built with).
+    ``clip_eps`` and ``clip_c`` (the clamp the bias of eq. (3) is built with); ``prior``
+    (``path_digest`` of the written ``.npy``: path, sha256, bytes), when ``prior_path`` is given.
 
     Args:
         result: the return value of ``compute_prior``.
@@ -270,13 +278,14 @@ def prior_meta(
         max_length, batch_size: the settings of the pass.
         clip_eps, clip_c: the clamp numerators of eq. (3).
         architecture: the model's ``model_type`` (informational).
+        prior_path: the finished ``.npy``, checksummed here (``check_prior_file`` compares).
     """
     from workflow_scripts.provenance import path_digest
 
     counts = np.asarray(result["token_counts"])
     if len(row_ids) != counts.shape[0]:
         raise ValueError(f"{len(row_ids)} row ids for a prior of {counts.shape[0]} rows")
-    return {
+    meta = {
         "format": META_FORMAT,
         "shape": list(result["shape"]),
         "dtype": "float32",
@@ -299,6 +308,75 @@ def prior_meta(
         "clip_eps": float(clip_eps),
         "clip_c": float(clip_c),
     }
+    if prior_path is not None:
+        meta["prior"] = path_digest(prior_path)
+    return meta
+
+
+#: ``prior_validation.json["files"]`` key of each shuffled prior kind (the registry's ``prior``).
+SHUFFLE_SCOPES = {"shuffled_within": "within", "shuffled_global": "global"}
+
+
+def check_prior_file(
+    meta: Mapping[str, Any],
+    prior_path: str | os.PathLike[str],
+    kind: str | None = None,
+    shuffle_record: Mapping[str, Any] | None = None,
+) -> str:
+    """Raise ``UserInputError`` unless ``prior_path`` holds exactly the bytes its records name.
+
+    The base prior must have the sha256 that ``meta["prior"]`` recorded when it was written.
+    A shuffled prior (``kind`` ``shuffled_within`` / ``shuffled_global``, or any prior that is
+    not the base one when ``kind`` is ``None``) must have the sha256 that the shuffle recorded
+    for it in ``shuffle_record["files"]`` (``prior_validation.json``), and that record's
+    ``source`` must be this meta's prior, so the chain split/model/template -> prior ->
+    shuffled prior is closed. Checksums, not paths, are compared (moved files still match).
+
+    Returns:
+        The kind the file was recognised as: ``"base"``, ``"shuffled_within"`` or
+        ``"shuffled_global"``.
+    """
+    from workflow_scripts.provenance import file_sha256
+
+    recorded = (meta.get("prior") or {}).get("sha256")
+    if recorded is None:
+        raise UserInputError(
+            f"prior meta.json lacks the checksum of the prior file ('prior.sha256'); recompute the "
+            f"prior ({prior_path})"
+        )
+    actual = file_sha256(Path(prior_path))
+    if kind not in (None, "base", *SHUFFLE_SCOPES):
+        raise UserInputError(f"unknown prior kind {kind!r}; known: base, {', '.join(SHUFFLE_SCOPES)}")
+    if kind in (None, "base") and actual == recorded:
+        return "base"
+    if kind == "base":
+        raise UserInputError(
+            f"prior file {prior_path} has sha256 {actual}, but its meta.json records sha256 {recorded} "
+            f"({meta['prior'].get('path')}): the file was modified or replaced after the meta was "
+            "written; recompute the prior"
+        )
+    if shuffle_record is None:
+        raise UserInputError(
+            f"prior file {prior_path} (sha256 {actual}) is not the prior its meta.json records "
+            f"(sha256 {recorded}) and no shuffle record (prior_validation.json) names it: a shuffled "
+            "prior needs the record of its shuffle, any other file was modified after its meta was written"
+        )
+    files = shuffle_record.get("files") or {}
+    source = (files.get("source") or {}).get("sha256")
+    if source != recorded:
+        raise UserInputError(
+            f"the shuffle record was made from a prior with sha256 {source}, not the prior of this "
+            f"meta.json (sha256 {recorded}); rerun the shuffle"
+        )
+    scopes = {kind: SHUFFLE_SCOPES[kind]} if kind is not None else SHUFFLE_SCOPES
+    for name, scope in scopes.items():
+        if (files.get(scope) or {}).get("sha256") == actual:
+            return name
+    expected = {scope: (files.get(scope) or {}).get("sha256") for scope in scopes.values()}
+    raise UserInputError(
+        f"prior file {prior_path} has sha256 {actual}, but the shuffle record names {expected}: the "
+        "file was modified or replaced after the shuffle wrote it; rerun the shuffle"
+    )
 
 
 def check_prior_matches(

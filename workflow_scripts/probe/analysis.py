@@ -20,18 +20,24 @@ from workflow_scripts.probe import communities, graphs, metrics
 
 @dataclass(frozen=True)
 class Detector:
-    """Community detection settings (F.9): algorithm, resolution gamma, seed, edge fraction rho."""
+    """Community detection settings (F.9): algorithm, resolution gamma, seed, edge fraction rho.
+
+    ``tolerance`` and ``max_iterations`` are Louvain's stopping rule (config
+    ``probe.detector.tolerance`` / ``max_iterations``: dQ < 1e-6 or at most 100 levels, see
+    `communities.louvain`); Leiden runs to convergence at otherwise matched parameters.
+    """
 
     name: str = "louvain"
     resolution: float = 1.0
     seed: int = 0
     tolerance: float = 1e-6
     rho: float = 0.10
+    max_iterations: int = communities.LOUVAIN_MAX_LEVEL
 
     def detect(self, w: np.ndarray) -> np.ndarray:
         """Canonical (E,) labels of one thresholded layer graph."""
         if self.name == "louvain":
-            return communities.louvain(w, self.resolution, self.seed, self.tolerance)
+            return communities.louvain(w, self.resolution, self.seed, self.tolerance, self.max_iterations)
         if self.name == "leiden":
             return communities.leiden(w, self.resolution, self.seed)
         raise ValueError(f"unknown detector {self.name!r} (louvain or leiden)")
@@ -90,13 +96,19 @@ def nmi_sweep(
     detectors: Sequence[str],
     seeds: Sequence[int],
     resolution: float = 1.0,
+    tolerance: float = 1e-6,
+    max_iterations: int = communities.LOUVAIN_MAX_LEVEL,
 ) -> list[dict[str, Any]]:
-    """Layer-mean community NMI for every (detector, rho, detector seed) of Appendix B.2."""
+    """Layer-mean community NMI for every (detector, rho, detector seed) of Appendix B.2.
+
+    Every detector runs at the main detector's resolution and Louvain stopping rule
+    (``tolerance``, ``max_iterations``), i.e. at matched parameters (F.9).
+    """
     rows = []
     for name in detectors:
         for rho in rhos:
             for seed in seeds:
-                detector = Detector(name=name, resolution=resolution, seed=seed, rho=rho)
+                detector = Detector(name, resolution, seed, tolerance, rho, max_iterations)
                 _, base_labels = layer_partitions(base_topk, num_experts, detector)
                 _, run_labels = layer_partitions(run_topk, num_experts, detector)
                 nmi = metrics.layer_mean_nmi(list(run_labels), list(base_labels))
@@ -127,6 +139,8 @@ def null_model(
             rho=detector.rho,
             resolution=detector.resolution,
             detector_seed=detector.seed,
+            threshold=detector.tolerance,
+            max_level=detector.max_iterations,
         )
         rows.append(
             {

@@ -132,6 +132,8 @@ def run_retention(args: argparse.Namespace) -> None:
         probe["robustness_detectors"],
         probe["detector_seeds"],
         detector.resolution,
+        detector.tolerance,
+        detector.max_iterations,
     )
     with atomic_path(args.layers) as tmp:
         pd.DataFrame(rows).merge(pd.DataFrame(null_rows), on="layer").to_parquet(tmp, index=False)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LOUVAIN_MAX_LEVEL", "canonical_labels", "leiden", "louvain", "modularity"]
+__all__ = ["LOUVAIN_MAX_LEVEL", "canonical_labels", "leiden", "louvain", "modularities", "modularity"]
 
-# F.9 caps Louvain at "a maximum of 100 iterations"; see `louvain` for how this maps to networkx.
+# F.9 caps Louvain at "a maximum of 100 iterations" (config probe.detector.max_iterations); the
+# default of `louvain`'s max_level, see there for how it maps to networkx.
 LOUVAIN_MAX_LEVEL = 100
 
 
@@ -19,9 +20,11 @@ def _check_graph(w: np.ndarray) -> np.ndarray:
     w = np.asarray(w, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] != w.shape[1]:
         raise ValueError(f"w must be a square (E, E) matrix, got {w.shape}")
-    if not np.allclose(w, w.T, rtol=0.0, atol=1e-12):
+    if not np.all(np.isfinite(w)):
+        raise ValueError("w must be finite and non-negative")
+    if np.abs(w - w.T).max(initial=0.0) > 1e-12:
         raise ValueError("w must be symmetric")
-    if np.any(w < 0) or not np.all(np.isfinite(w)):
+    if w.min(initial=0.0) < 0:
         raise ValueError("w must be finite and non-negative")
     return w
 
@@ -58,7 +61,13 @@ def _sets_to_labels(communities: list, n_nodes: int) -> np.ndarray:
     return canonical_labels(labels)
 
 
-def louvain(w: np.ndarray, resolution: float = 1.0, seed: int = 0, threshold: float = 1e-6) -> np.ndarray:
+def louvain(
+    w: np.ndarray,
+    resolution: float = 1.0,
+    seed: int = 0,
+    threshold: float = 1e-6,
+    max_level: int = LOUVAIN_MAX_LEVEL,
+) -> np.ndarray:
     """Louvain communities of a weighted co-activation graph, as canonical (E,) labels.
 
     Implements the Louvain detector of §2 / Appendix F.9 of the paper (resolution gamma = 1.0,
@@ -70,12 +79,12 @@ def louvain(w: np.ndarray, resolution: float = 1.0, seed: int = 0, threshold: fl
     - ``threshold=1e-6`` is networkx's modularity-gain stopping rule: after each level
       (local moving + aggregation) it stops once the modularity gained over the previous level is
       ``<= threshold``, which is the dQ < 1e-6 convergence criterion (equality has measure zero).
-    - ``max_level=100`` caps the number of such levels. networkx exposes no cap on the sweeps
-      inside one level (local moving repeats until no node moves, which always terminates), so
-      the outer Louvain iteration is the only one an "iterations" cap can refer to. A level is
-      only continued after at least one node moved, which empties a community, so an E-node
-      graph has at most E levels and the cap never binds for E <= 100 (64 and 128 routed experts
-      here); it is passed for fidelity, not effect.
+    - ``max_level`` (config ``probe.detector.max_iterations``, default 100) caps the number of
+      such levels. networkx exposes no cap on the sweeps inside one level (local moving repeats
+      until no node moves, which always terminates), so the outer Louvain iteration is the only
+      one an "iterations" cap can refer to. A level is only continued after at least one node
+      moved, which empties a community, so an E-node graph has at most E levels and a cap of 100
+      never binds for E <= 100 (64 and 128 routed experts here); smaller caps do bind.
 
     Every expert is a node, including experts with no retained edge (they stay singletons), and
     nodes/edges are inserted in id order, so the result depends only on (w, resolution, seed).
@@ -85,10 +94,13 @@ def louvain(w: np.ndarray, resolution: float = 1.0, seed: int = 0, threshold: fl
         resolution: modularity resolution gamma.
         seed: detector seed (node visiting order).
         threshold: modularity-gain stopping threshold between levels.
+        max_level: the most Louvain levels (F.9's iteration cap), a positive integer.
 
     Returns:
         (E,) int64 community labels, numbered by each community's smallest expert id.
     """
+    if int(max_level) != max_level or max_level < 1:
+        raise ValueError(f"max_level must be a positive integer, got {max_level}")
     import networkx as nx
 
     w = _check_graph(w)
@@ -102,7 +114,7 @@ def louvain(w: np.ndarray, resolution: float = 1.0, seed: int = 0, threshold: fl
         weight="weight",
         resolution=resolution,
         threshold=threshold,
-        max_level=LOUVAIN_MAX_LEVEL,
+        max_level=int(max_level),
         seed=seed,
     )
     return _sets_to_labels(communities, n_nodes)
@@ -168,3 +180,33 @@ def modularity(w: np.ndarray, labels: np.ndarray, resolution: float = 1.0) -> fl
     within = np.einsum("ic,ij,jc->", onehot, w, onehot)  # sum_c W_cc
     strength = onehot.T @ w.sum(axis=1)  # (C,)
     return float(within / two_m - resolution * np.sum((strength / two_m) ** 2))
+
+
+def modularities(w: np.ndarray, labels: np.ndarray, resolution: float = 1.0) -> np.ndarray:
+    """`modularity` of a stack of graphs and partitions at once, (S, E, E) and (S, E) -> (S,).
+
+    The same Newman Q per graph (NaN for a graph with no edges), vectorised over the stack:
+    within-community weight from a same-label mask, community strengths from one offset
+    ``bincount``. Values equal `modularity`'s up to float summation order.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    labels = np.asarray(labels)
+    if w.ndim != 3 or w.shape[1] != w.shape[2] or labels.shape != w.shape[:2]:
+        raise ValueError(f"need (S, E, E) graphs and (S, E) labels, got {w.shape} and {labels.shape}")
+    for graph in w:
+        _check_graph(graph)
+    n_graphs, n_nodes = labels.shape
+    two_m = w.sum(axis=(1, 2))  # (S,)
+    same = labels[:, :, None] == labels[:, None, :]  # (S, E, E)
+    within = np.where(same, w, 0.0).sum(axis=(1, 2))  # (S,) sum_c W_cc
+    _, comm = np.unique(labels, return_inverse=True)
+    comm = comm.reshape(n_graphs, n_nodes)
+    n_comms = int(comm.max()) + 1
+    offsets = (np.arange(n_graphs) * n_comms)[:, None]  # (S, 1)
+    strength = np.bincount(
+        (comm + offsets).ravel(), weights=w.sum(axis=2).ravel(), minlength=n_graphs * n_comms
+    )
+    strength = strength.reshape(n_graphs, n_comms)  # (S, C) d_c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = within / two_m - resolution * np.sum((strength / two_m[:, None]) ** 2, axis=1)
+    return np.where(two_m > 0, q, np.nan)

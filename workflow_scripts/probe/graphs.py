@@ -17,13 +17,14 @@ __all__ = [
 ]
 
 
-def check_topk(topk: np.ndarray, num_experts: int, distinct: bool = True) -> np.ndarray:
+def check_topk(topk: np.ndarray, num_experts: int, distinct: bool = True, cast: bool = True) -> np.ndarray:
     """Validate a top-k id array of shape (..., N, k) and return it as int64.
 
     Rows must hold ``k`` distinct expert ids in ``[0, num_experts)``: a router's top-k is a set,
-    and a repeated id would otherwise be silently de-duplicated by the one-hot construction.
+    and a repeated id would otherwise be miscounted as a co-activation of an expert with itself.
     ``distinct=False`` skips the (sort-based) distinctness check for callers that verify it
-    more cheaply themselves.
+    more cheaply themselves; ``cast=False`` returns the validated array in its own integer dtype
+    (callers that convert it themselves save a full copy).
     """
     # Contiguous input keeps every later reduction and flat index a single linear pass.
     arr = np.ascontiguousarray(topk)
@@ -37,27 +38,13 @@ def check_topk(topk: np.ndarray, num_experts: int, distinct: bool = True) -> np.
         raise ValueError("topk holds no tokens (N == 0); co-activation frequencies are undefined")
     if arr.size and (arr.min() < 0 or arr.max() >= num_experts):
         raise ValueError(f"expert ids must lie in [0, {num_experts}), got [{arr.min()}, {arr.max()}]")
-    arr = arr.astype(np.int64, copy=False)
+    if cast:
+        arr = arr.astype(np.int64, copy=False)
     if distinct and arr.shape[-1] > 1:
         srt = np.sort(arr, axis=-1)  # (..., N, k)
         if np.any(srt[..., 1:] == srt[..., :-1]):
             raise ValueError("each token's top-k row must hold distinct expert ids")
     return arr
-
-
-# float32 holds every integer up to 2**24 exactly, so a float32 Gram product of 0/1 indicators is
-# exact while no count can exceed that; beyond it fall back to float64 (exact to 2**53).
-_FLOAT32_EXACT_COUNTS = 2**24
-
-
-def _one_hot(topk: np.ndarray, num_experts: int, dtype: type = np.float64) -> np.ndarray:
-    """Indicator X[..., t, e] = 1{e in topk[..., t, :]}, shape (..., N, E)."""
-    lead = topk.shape[:-1]  # (..., N)
-    x = np.zeros((*lead, num_experts), dtype=dtype)  # (..., N, E)
-    # Flat fancy indexing into the contiguous buffer is faster than put_along_axis.
-    row_start = (np.arange(int(np.prod(lead)), dtype=np.int64) * num_experts).reshape(*lead, 1)
-    x.reshape(-1)[(row_start + topk).ravel()] = 1
-    return x
 
 
 def coactivation(topk: np.ndarray, num_experts: int) -> np.ndarray:
@@ -84,26 +71,41 @@ def coactivation(topk: np.ndarray, num_experts: int) -> np.ndarray:
 def coactivation_layers(topk: np.ndarray, num_experts: int) -> np.ndarray:
     """Co-activation graphs of every layer at once, (L, N, k) -> (L, E, E).
 
-    Implements eq. (1) of the paper per layer. The pair counts come from one batched Gram
-    product X^T X of the token-by-expert indicator X, so no Python loop runs over tokens.
+    Implements eq. (1) of the paper per layer. Each token's k(k-1)/2 unordered position pairs
+    (p < q) are encoded as integer codes ``topk[t, p] * E + topk[t, q]`` and counted by one
+    ``np.bincount`` per layer (minlength E*E), so no Python loop runs over tokens; the count
+    matrix C holds each pair in the orientation it appeared in, and ``C + C^T`` is the symmetric
+    pair count regardless of the order of ids within a row. Counts are exact integers, divided by
+    N once. The code buffers are sized for one layer and reused, so they stay cache-resident.
+
+    A repeated id within a row (p < q with topk[t, p] == topk[t, q]) lands on the diagonal of C,
+    which is otherwise empty, so distinctness is checked for free.
     """
-    # Distinctness is verified below from the Gram diagonal, which is cheaper than sorting rows.
-    arr = check_topk(topk, num_experts, distinct=False)
+    arr = np.ascontiguousarray(topk)
     if arr.ndim != 3:
         raise ValueError(f"coactivation_layers expects (L, N, k), got {arr.shape}")
+    # Validates dtype and id range; distinctness is verified below from the diagonal of C.
+    check_topk(arr, num_experts, distinct=False, cast=False)
     n_layers, n_tokens, k = arr.shape
-    dtype = np.float32 if n_tokens < _FLOAT32_EXACT_COUNTS else np.float64
-    x = _one_hot(arr, num_experts, dtype)  # (L, N, E)
-    # Entries of X^T X are sums of 0/1 products, i.e. exact integer pair counts.
-    counts = np.matmul(x.transpose(0, 2, 1), x).astype(np.float64)  # (L, E, E)
-    idx = np.arange(num_experts)
-    # The diagonal counts distinct (token, expert) memberships; it totals N*k per layer only if
-    # no row repeats an id (a repeat would be silently collapsed by the one-hot indicator).
-    if not np.array_equal(counts[:, idx, idx].sum(axis=1), np.full(n_layers, float(n_tokens * k))):
-        raise ValueError("each token's top-k row must hold distinct expert ids")
-    # Eq. (1) excludes self-loops.
-    counts[:, idx, idx] = 0.0
-    return counts / n_tokens
+    first, second = (idx.tolist() for idx in np.triu_indices(k, k=1))  # the M = k(k-1)/2 position pairs
+    out = np.empty((n_layers, num_experts, num_experts))  # (L, E, E)
+    ids = np.empty((k, n_tokens), dtype=np.intp)  # one layer's ids, position-major (contiguous columns)
+    rows = np.empty((k, n_tokens), dtype=np.intp)  # ids * E: the row part of a pair code
+    codes = np.empty((len(first), n_tokens), dtype=np.intp)  # (M, N) pair codes i*E + j
+    diag = np.arange(num_experts)
+    for layer in range(n_layers):
+        ids[...] = arr[layer].T
+        np.multiply(ids, num_experts, out=rows)
+        for m, (p, q) in enumerate(zip(first, second, strict=True)):
+            np.add(rows[p], ids[q], out=codes[m])
+        counts = np.bincount(codes.ravel(), minlength=num_experts * num_experts)
+        counts = counts.reshape(num_experts, num_experts)  # (E, E) ordered-by-position pair counts
+        if np.any(counts[diag, diag]):
+            raise ValueError("each token's top-k row must hold distinct expert ids")
+        # Eq. (1) excludes self-loops: the diagonal of C + C^T is zero after the check above.
+        np.add(counts, counts.T, out=out[layer])
+    out /= n_tokens
+    return out
 
 
 def num_edges(num_experts: int) -> int:
@@ -137,27 +139,30 @@ def threshold_top_fraction(w: np.ndarray, rho: float) -> np.ndarray:
     is kept first.
 
     Args:
-        w: (E, E) symmetric, non-negative co-activation matrix (diagonal ignored).
+        w: (E, E) symmetric, non-negative co-activation matrix (diagonal ignored), or a stack
+            (..., E, E) of them, each thresholded independently (identically to one at a time).
         rho: retained fraction in (0, 1].
 
     Returns:
-        (E, E) symmetric float64 matrix with zero diagonal.
+        float64 array of w's shape, symmetric with zero diagonals.
     """
     w = np.asarray(w, dtype=np.float64)
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"w must be a square (E, E) matrix, got {w.shape}")
-    if not np.allclose(w, w.T, rtol=0.0, atol=1e-12):
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"w must be a square (E, E) matrix or a stack of them, got {w.shape}")
+    if not np.allclose(w, np.swapaxes(w, -1, -2), rtol=0.0, atol=1e-12):
         raise ValueError("w must be symmetric")
-    n_experts = w.shape[0]
+    n_experts = w.shape[-1]
     budget = num_kept_edges(n_experts, rho)
     iu, ju = np.triu_indices(n_experts, k=1)  # (M,), row-major (i, j) order
-    weights = w[iu, ju]  # (M,)
+    flat = w.reshape(-1, n_experts, n_experts)  # (B, E, E)
+    weights = flat[:, iu, ju]  # (B, M)
     if np.any(weights < 0):
         raise ValueError("co-activation weights must be non-negative")
     # Negation is exact for floats, and a stable sort preserves the (i, j) order among ties.
-    order = np.argsort(-weights, kind="stable")[:budget]  # (budget,)
-    order = order[weights[order] > 0]
-    out = np.zeros_like(w)  # (E, E)
-    out[iu[order], ju[order]] = weights[order]
-    out[ju[order], iu[order]] = weights[order]
-    return out
+    order = np.argsort(-weights, axis=-1, kind="stable")[:, :budget]  # (B, budget)
+    kept = np.take_along_axis(weights, order, axis=-1)  # (B, budget); zero weights stay zero
+    out = np.zeros_like(flat)  # (B, E, E)
+    batch = np.arange(flat.shape[0])[:, None]  # (B, 1)
+    out[batch, iu[order], ju[order]] = kept
+    out[batch, ju[order], iu[order]] = kept
+    return out.reshape(w.shape)

@@ -16,7 +16,7 @@ from itertools import combinations, product
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.probe.metrics import centroid_cosine
+from workflow_scripts.probe.metrics import centroid_cosine, cross_domain_l1, sharpness
 from workflow_scripts.registry import BASE, closure
 from workflow_scripts.report.frames import aggregate_frame, performance_frame
 from workflow_scripts.report.routing_frames import (
@@ -59,6 +59,9 @@ COLUMN_LABELS = {
     "q_margin": "ΔQ",
     "nmi_margin": "Δ NMI",
     "layers_beating_null_q": "layers beating null on Q",
+    "sharpness_math": "‖p − U‖₁ (math)",
+    "sharpness_code": "‖p − U‖₁ (code)",
+    "cross_domain": "‖p_math − p_code‖₁",
     "eff_frac_min": "eff. expert frac. (min)",
     "eff_frac_max": "eff. expert frac. (max)",
     "prior_topk_overlap": "prior top-k overlap",
@@ -358,6 +361,55 @@ def table11(inputs: ReportInputs) -> Table:
     )
 
 
+def pool_distribution(spans: pd.DataFrame) -> np.ndarray:
+    """The layer-averaged expert distribution (E,) of a whole probe pool from its span rows.
+
+    Each span row's ``p_topk`` is a token mean, so weighting by ``tokens`` pools the Q and A
+    spans into the pool's mean top-k activation frequency; layer-averaged and divided by k it is
+    the distribution over routed experts that Appendix D.2's statistics take.
+    """
+    pooled = sum(row.tokens * row.p_topk for row in spans.itertuples()) / spans["tokens"].sum()  # (L, E)
+    layer_mean = pooled.mean(axis=0)
+    return layer_mean / layer_mean.sum()
+
+
+def appendix_d2(inputs: ReportInputs) -> Table:
+    """Appendix D.2: base routing sharpness ||p - U||_1 per domain and ||p_math - p_code||_1; no seeds."""
+    corpora = list(inputs.rank("corpora"))
+    domains = {inputs.config["corpora"][corpus]["domain"]: corpus for corpus in corpora}
+    if sorted(domains) != ["code", "math"] or len(corpora) != 2:
+        raise ValueError(f"{inputs.output_id}: needs one math and one code corpus, got {corpora}")
+    spans = span_frame(inputs.results, closure(inputs.config, inputs.output_id).probes)
+    rows = []
+    for model in inputs.rank("models"):
+        p = {
+            domain: pool_distribution(spans[(spans["model"] == model) & (spans["corpus"] == corpus)])
+            for domain, corpus in domains.items()
+        }
+        rows.append(
+            {
+                "model": model,
+                "sharpness_math": float(sharpness(p["math"])),
+                "sharpness_code": float(sharpness(p["code"])),
+                "cross_domain": float(cross_domain_l1(p["math"], p["code"])),
+            }
+        )
+    columns = ("sharpness_math", "sharpness_code", "cross_domain")
+    return Table(
+        table_id=inputs.output_id,
+        title=inputs.title,
+        keys=("model",),
+        columns=columns,
+        rows=without_seeds(pd.DataFrame(rows), columns),
+        labels={c: COLUMN_LABELS[c] for c in columns},
+        notes=(
+            "p: the frozen base router's top-k activation frequency over a corpus' whole probe pool "
+            "(Q and A spans), averaged over MoE layers and normalised over the routed experts.",
+        ),
+        digits={c: 4 for c in columns},
+    )
+
+
 def table13(inputs: ReportInputs) -> Table:
     """Table 13: prior-side strength of the within-community and global shuffles (Appendix E.1); no seeds."""
     pairs = closure(inputs.config, inputs.output_id).prior_validations
@@ -392,4 +444,5 @@ TABLES: dict[str, Callable[[ReportInputs], Table]] = {
     "table11": table11,
     "table13": table13,
     "table15": table15,
+    "appendix_d2": appendix_d2,
 }

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_CLIP_EPS",
     "centered_logit_l2",
     "clipped_log_prior",
+    "expert_bias_update",
     "hard_topk_from_prior",
     "kl_to_base",
     "load_balancing_loss",
@@ -366,7 +367,9 @@ def load_balancing_loss(
     slot counts by ``T`` instead of ``T * k`` and is therefore ``top_k`` times this value
     (it also pools all layers' tokens before the product instead of per layer); multiply
     by ``top_k`` to reproduce its number for one layer. Per-layer values are combined by
-    the caller (Megatron sums the layers' losses).
+    the caller: Megatron-Core SUMS them (each ``TopKRouter`` attaches ``coeff * loss`` of its
+    own layer through ``MoEAuxLossAutoScaler``; the coefficient is not divided by the number
+    of layers), and the local backend does the same (``train.objective``).
 
     Args:
         router_probs: per-token router probabilities, shape ``(T, E)`` (any leading shape).
@@ -404,7 +407,8 @@ def z_loss(router_logits: Tensor, token_mask: Tensor | None = None) -> Tensor:
 
     Implements the ST-MoE z-loss baseline of Appendix A.3 of the paper (Zoph et al., 2022),
     ``1/T sum_t (logsumexp_e z_{t,e})^2`` with ``z`` = ``router_logits``, without its
-    coefficient. ``logsumexp`` runs in float32.
+    coefficient. ``logsumexp`` runs in float32. One layer's value: Megatron-Core attaches
+    ``coeff * z_loss`` per layer (``TopKRouter.apply_z_loss``), so the layers' values add up.
 
     Args:
         router_logits: ``z``, shape ``(T, E)`` (any leading shape ``(..., E)``).
@@ -418,3 +422,39 @@ def z_loss(router_logits: Tensor, token_mask: Tensor | None = None) -> Tensor:
         return lse.pow(2).mean()
     mask, count = _token_mask(token_mask, lse)  # (T,), ()
     return torch.where(mask, lse.pow(2), 0.0).sum() / count
+
+
+def expert_bias_update(expert_bias: Tensor, tokens_per_expert: Tensor, rate: float) -> Tensor:
+    """One step of the auxiliary-loss-free balancing rule for the expert (correction) bias.
+
+    Implements the bias-update rule that the paper's Appendix F.6 switches off for RPB
+    ("disable both the load-balancing objective and the router bias-update rule"): the
+    sign rule of DeepSeek-V3 / Wang et al. (2024a), ``b_i <- b_i + u * sign(mean_j n_j - n_i)``
+    with ``b`` = ``expert_bias``, ``n`` = ``tokens_per_expert`` (token slots routed to each
+    expert over one global batch, per layer), ``u`` = ``rate``. Overloaded experts lose
+    ``u``, underloaded ones gain ``u``, and an expert exactly at the mean keeps its bias
+    (``sign(0) = 0``). This is Megatron-Core's ``get_updated_expert_bias``
+    (``megatron/core/transformer/moe/moe_utils.py``), applied once per global batch in
+    ``finalize_model_grads`` with ``moe_router_bias_update_rate`` (default 1e-3). The bias
+    is used for top-k selection only, never for the gate weights, and gets no gradient.
+
+    Args:
+        expert_bias: current bias, shape ``(E,)`` or ``(L, E)`` (one row per MoE layer).
+        tokens_per_expert: counts of the same shape (any dtype; compared in float32 or wider).
+        rate: update rate ``u >= 0``; 0 returns ``expert_bias`` unchanged.
+
+    Returns:
+        The updated bias, same shape and dtype as ``expert_bias`` (no autograd graph).
+    """
+    if expert_bias.shape != tokens_per_expert.shape:
+        raise ValueError(
+            f"expert_bias {tuple(expert_bias.shape)} and tokens_per_expert "
+            f"{tuple(tokens_per_expert.shape)} differ in shape"
+        )
+    if rate < 0:
+        raise ValueError(f"rate must be non-negative, got {rate}")
+    with torch.no_grad():
+        counts = tokens_per_expert.to(_wide(tokens_per_expert.dtype))  # (..., E)
+        mean = counts.sum(dim=-1, keepdim=True) / counts.shape[-1]  # (..., 1)
+        step = torch.sign(mean - counts).to(expert_bias.dtype) * rate  # (..., E) in {-u, 0, +u}
+        return expert_bias.detach() + step

@@ -4,9 +4,12 @@
         --split results/data/math20k/train.parquet --condition '{"intervention": "rpb", ...}' \\
         --training '{"backend": "hf", ...}' --seed 42 --out results/checkpoints/.../s42 \\
         --log results/checkpoints/.../s42.log.jsonl [--prior prior.npy --prior-meta meta.json] \\
-        [--architecture deepseek_v3]
+        [--shuffle-record prior_validation.json] [--architecture deepseek_v3]
 
-The seed fully determines the run. A killed run resumes from ``<out>.resume/``; the final
+A prior must be the file its records name: the base prior the sha256 in its meta.json, a
+shuffled prior the sha256 its shuffle wrote into prior_validation.json (``--shuffle-record``;
+without it, the ``prior_validation.json`` beside the prior file, which the same shuffle job
+writes). The seed fully determines the run. A killed run resumes from ``<out>.resume/``; the final
 checkpoint is saved without the training-time routing hook.
 """
 
@@ -62,6 +65,16 @@ def train_config(training: Mapping[str, Any]) -> Any:
     )
 
 
+def expert_bias_update_rate(training: Mapping[str, Any]) -> float:
+    """``training.expert_bias_update_rate`` (Megatron's ``moe_router_bias_update_rate``; default 1e-3)."""
+    from workflow_scripts.train.objective import DEFAULT_EXPERT_BIAS_UPDATE_RATE
+
+    rate = training.get("expert_bias_update_rate", DEFAULT_EXPERT_BIAS_UPDATE_RATE)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
+        raise UserInputError(f"training.expert_bias_update_rate must be a number >= 0, got {rate!r}")
+    return float(rate)
+
+
 def _seed_everything(seed: int) -> None:
     import numpy as np
     import torch
@@ -72,12 +85,26 @@ def _seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
+def _shuffle_record(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The shuffle's record (``--shuffle-record``, else ``prior_validation.json`` beside the prior)."""
+    path = args.shuffle_record
+    if path is None:
+        sibling = Path(args.prior).parent / "prior_validation.json"
+        if not sibling.is_file():
+            return None
+        path = sibling
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise UserInputError(f"--shuffle-record {path}: {error}") from error
+
+
 def run_train(args: argparse.Namespace) -> None:
     """Load the base, train under the condition, save the hook-free checkpoint and the log."""
     import pandas as pd
 
     from workflow_scripts.models.toy import load_local, save_toy_base
-    from workflow_scripts.priors.compute import check_prior_matches, load_prior
+    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
     from workflow_scripts.routing.core import DEFAULT_CLIP_C, DEFAULT_CLIP_EPS
     from workflow_scripts.routing.hf import find_gates
     from workflow_scripts.train import checkpoint
@@ -86,6 +113,7 @@ def run_train(args: argparse.Namespace) -> None:
     from workflow_scripts.train.objective import Objective
 
     config = train_config(args.training)
+    bias_rate = expert_bias_update_rate(args.training)
     if (args.prior is None) != (args.prior_meta is None):
         raise UserInputError("--prior and --prior-meta go together")
     meta = json.loads(Path(args.prior_meta).read_text()) if args.prior_meta else {}
@@ -95,6 +123,7 @@ def run_train(args: argparse.Namespace) -> None:
             float(meta.get("clip_eps", DEFAULT_CLIP_EPS)),
             float(meta.get("clip_c", DEFAULT_CLIP_C)),
             args.bias_in_gate_weights == "true",
+            bias_rate,
         )
     except ValueError as error:
         raise UserInputError(f"--condition: {error}") from error
@@ -111,6 +140,7 @@ def run_train(args: argparse.Namespace) -> None:
         )
     if args.prior_meta:
         check_prior_matches(meta, args.split, args.base, tokenizer.chat_template)
+        check_prior_file(meta, args.prior, args.condition.get("prior"), _shuffle_record(args))
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     max_length = int(args.training["sequence_length"])
     examples = encode_rows(tokenizer, split["prompt"].tolist(), split["answer"].tolist(), max_length)
@@ -139,7 +169,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "run",
         run_train,
         "post-train a base checkpoint under one condition and seed",
-        inputs=("base", "split", "prior"),
+        inputs=("base", "split", "prior", "prior_meta", "shuffle_record"),
         outputs=("out", "log"),
     )
     run.add_argument("--base", required=True, help="base checkpoint directory")
@@ -151,6 +181,11 @@ def register(stages: argparse._SubParsersAction) -> None:
     run.add_argument("--log", required=True, help="JSON-lines training log")
     run.add_argument("--prior", help="prior .npy (N, 2, L, E), row i = split row i")
     run.add_argument("--prior-meta", help="the prior's meta.json")
+    run.add_argument(
+        "--shuffle-record",
+        help="prior_validation.json of the shuffle that wrote a shuffled --prior (its sha256); "
+        "default: the one beside --prior, if any",
+    )
     run.add_argument("--architecture", help="expected model_type of the base (checked)")
     run.add_argument(
         "--bias-in-gate-weights",

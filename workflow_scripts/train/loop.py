@@ -6,6 +6,15 @@ the whole global batch (each micro-batch contributes its summed token loss divid
 global batch's label-token count), so the gradient equals that of one unsplit batch; each
 data-dependent auxiliary term is the mean of its micro-batch values (as Megatron averages
 per-micro-batch aux losses); Router-L2 is added once per step.
+
+Expert (correction) bias: for a model whose gates carry ``e_score_correction_bias``
+(deepseek_v3) and an objective with ``expert_bias_update_rate > 0``, the bias of every MoE
+layer is updated once per optimizer step from the step's routing counts (tokens of the
+whole global batch, padding excluded, routed to each expert by the gate's actual
+selection), as Megatron-Core does in ``finalize_model_grads``
+(``routing.core.expert_bias_update``). The bias is a persistent buffer, so resume
+checkpoints (the model state dict) and the saved checkpoint carry it. With rate 0 (RPB and
+its variants, Appendix F.6) the loop checks that it did not change.
 """
 
 from __future__ import annotations
@@ -26,12 +35,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workflow_scripts.atomic import write_text
+from workflow_scripts.routing.core import expert_bias_update
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates, gate_architecture
 from workflow_scripts.train import checkpoint
 from workflow_scripts.train.batches import IGNORE_INDEX, BatchPlan, Example, MicroBatch, collate
 from workflow_scripts.train.objective import Objective, routing_statistics
 
-_FROZEN_BUFFER = "e_score_correction_bias"
+_CORRECTION_BIAS = "e_score_correction_bias"
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,15 @@ def _check_prior(prior: np.ndarray | None, objective: Objective, num_rows: int, 
 
 
 def _frozen_buffers(model: nn.Module) -> dict[str, Tensor]:
-    return {name: b.detach().clone() for name, b in model.named_buffers() if name.endswith(_FROZEN_BUFFER)}
+    return {name: b.detach().clone() for name, b in model.named_buffers() if name.endswith(_CORRECTION_BIAS)}
+
+
+def _update_expert_bias(gates: list, loads: Tensor, rate: float) -> None:
+    """Apply the bias-update rule to every gate with a correction bias; ``loads`` is ``(L, E)``."""
+    for (_, gate), counts in zip(gates, loads, strict=True):
+        bias = getattr(gate, _CORRECTION_BIAS, None)
+        if bias is not None:
+            bias.copy_(expert_bias_update(bias, counts, rate))
 
 
 def _ce_sum(model: nn.Module, batch: MicroBatch) -> Tensor:
@@ -132,7 +150,7 @@ def train(
     _check_prior(prior, objective, len(examples), gates)
     architecture = gate_architecture(gates[0][1])
     base_weights = [gate.weight.detach().float().clone() for _, gate in gates]  # frozen base for Router-L2
-    frozen = _frozen_buffers(model)
+    frozen = {} if objective.expert_bias_update_rate else _frozen_buffers(model)
     optimizer = _optimizer(model, config)
     start, records = (
         (0, []) if resume_dir is None else checkpoint.restore(resume_dir, run_key, model, optimizer)
@@ -188,8 +206,12 @@ def _step(
     base_weights: list[Tensor],
     optimizer: torch.optim.Optimizer,
     pad_token_id: int,
-) -> dict[str, float]:
-    """One optimizer step over a global batch; returns the step's log fields."""
+) -> dict[str, Any]:
+    """One optimizer step over a global batch; returns the step's log fields.
+
+    ``expert_load`` is the ``(L, E)`` count of token slots each gate routed to each expert over
+    the step's non-pad tokens (its actual selection); the expert-bias update uses these counts.
+    """
     batches = [collate(examples, rows, pad_token_id, config.label_mode) for rows in micro_rows]
     label_tokens = sum(int((b.labels[:, 1:] != IGNORE_INDEX).sum()) for b in batches)
     weights = objective.coefficients()
@@ -220,6 +242,8 @@ def _step(
         terms[name] = value.item()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
     optimizer.step()
+    if objective.expert_bias_update_rate:
+        _update_expert_bias(gates, loads, objective.expert_bias_update_rate)
     load_p = loads / loads.sum(dim=-1, keepdim=True)
     return {
         "loss": ce + sum(weights[name] * value for name, value in terms.items()),
@@ -229,6 +253,7 @@ def _step(
         "router_max_prob": (max_prob / token_count).mean().item(),
         "load_entropy": (-torch.special.xlogy(load_p, load_p).sum(dim=-1)).mean().item(),
         "label_tokens": label_tokens,
+        "expert_load": loads.to(torch.int64).tolist(),
     }
 
 

@@ -3,7 +3,20 @@
 An ``Objective`` says which gate override to attach (RPB: soft with ``beta``; RPB-hard:
 hard; the shuffled-prior controls are the same interventions with another prior file)
 and computes the auxiliary terms from the per-layer UNBIASED router logits the recorder
-of ``workflow_scripts.routing.hf`` keeps; data terms are means over MoE layers:
+of ``workflow_scripts.routing.hf`` keeps.
+
+Combining layers. ``load_balancing`` and ``z_loss`` are SUMMED over the MoE layers, each
+layer's value times the coefficient, as Megatron-Core does: every ``TopKRouter`` attaches
+its own ``coeff * loss`` to its activations through ``MoEAuxLossAutoScaler``
+(``router.py``: ``attach_and_log_load_balancing_loss``, ``apply_z_loss``), whose backward
+injects a gradient of 1 (times the micro-batch scale) for each layer, so the layers' losses
+add up; the coefficient is not divided by the number of layers (core 0.16.1, 0.19.0 and
+0.20; the only divisions are by ``mtp_num_layers`` for repeated MTP layers and, for the
+z-loss, by the TP x CP size over which the tokens are split). Megatron's LOGGED
+``load_balancing_loss`` / ``z_loss`` is the layer mean (``track_moe_metrics``: sum over
+layers / number of MoE layers, without the coefficient); this backend logs the sum that
+enters the loss. ``kl_base`` and ``logit_l2`` (§3.3, paper-specific, no Megatron
+counterpart) are means over MoE layers, like Router-L2's ``mean_l`` of eq. (5).
 
 * ``load_balancing`` (coefficient): ``routing.core.load_balancing_loss`` on the router
   probabilities (softmax of the logits; for the sigmoid router of deepseek_v3 the sigmoid
@@ -13,10 +26,18 @@ of ``workflow_scripts.routing.hf`` keeps; data terms are means over MoE layers:
 * ``z_loss`` (coefficient).
 * ``router_l2`` (lambda): gate weights against an fp32 snapshot of the frozen base.
 
-RPB and RPB-hard never carry a load-balancing term (Appendix F.6: the prior is the only
-router-side signal); constructing one that does raises. The deepseek_v3 correction bias
-``e_score_correction_bias`` is a buffer and transformers has no bias-update rule, so it
-stays frozen by default; the loop checks it is unchanged.
+Correction bias. Routers with an expert (correction) bias, the deepseek_v3 gate's
+``e_score_correction_bias`` (Moonlight), keep the auxiliary-loss-free bias-update rule
+during post-training, as Megatron-Bridge's Moonlight provider does
+(``moe_router_enable_expert_bias=True``, ``moe_router_bias_update_rate=1e-3``):
+``expert_bias_update_rate`` is the rate (``training.expert_bias_update_rate``), applied once
+per optimizer step by the loop (``routing.core.expert_bias_update``). transformers has no
+such rule, so without the loop the bias would stay frozen.
+
+RPB and RPB-hard (and the shuffled-prior controls built on them) disable both the
+load-balancing term and the bias-update rule (Appendix F.6: the prior is the only
+router-side signal): ``disables_router_balancing`` is that one rule; ``from_condition``
+zeroes the update rate for them and constructing an RPB objective with either raises.
 """
 
 from __future__ import annotations
@@ -34,6 +55,19 @@ from workflow_scripts.routing import core
 #: Hook mode of the interventions that bias the gates during training.
 ROUTING_MODES = {"rpb": "soft", "rpb_hard": "hard"}
 DATA_TERMS = ("load_balancing", "kl_base", "logit_l2", "z_loss")
+#: Data terms summed over MoE layers (Megatron attaches them per layer); the others are layer means.
+LAYER_SUMMED_TERMS = ("load_balancing", "z_loss")
+#: Megatron-Core's ``moe_router_bias_update_rate`` default (``transformer_config.py``; DeepSeek-V3's).
+DEFAULT_EXPERT_BIAS_UPDATE_RATE = 1e-3
+
+
+def disables_router_balancing(intervention: str) -> bool:
+    """Whether ``intervention`` switches off load balancing AND the expert-bias update (F.6).
+
+    True for the prior-bias interventions (``rpb``, ``rpb_hard``; the within/global shuffled
+    controls use the same interventions), whose prior is the only router-side signal.
+    """
+    return intervention in ROUTING_MODES
 
 
 def router_probabilities(architecture: str, logits: Tensor) -> Tensor:
@@ -60,10 +94,18 @@ class Objective:
     clip_eps: float = core.DEFAULT_CLIP_EPS
     clip_c: float = core.DEFAULT_CLIP_C
     bias_in_gate_weights: bool = True
+    expert_bias_update_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.routing_mode is not None and self.load_balancing:
+        if self.expert_bias_update_rate < 0:
+            raise ValueError(f"expert_bias_update_rate must be >= 0, got {self.expert_bias_update_rate}")
+        off = self.routing_mode is not None or disables_router_balancing(self.intervention)
+        if off and self.load_balancing:
             raise ValueError(f"{self.intervention}: RPB runs carry no load-balancing term (Appendix F.6)")
+        if off and self.expert_bias_update_rate:
+            raise ValueError(
+                f"{self.intervention}: RPB runs freeze the router bias-update rule (Appendix F.6)"
+            )
 
     @classmethod
     def from_condition(
@@ -72,10 +114,13 @@ class Objective:
         clip_eps: float = core.DEFAULT_CLIP_EPS,
         clip_c: float = core.DEFAULT_CLIP_C,
         bias_in_gate_weights: bool = True,
+        expert_bias_update_rate: float = 0.0,
     ) -> Objective:
         """Build from a registry condition ``{intervention, params: {beta|coefficient|lambda}}``.
 
-        ``clip_eps``/``clip_c``/``bias_in_gate_weights`` are the ``prior`` settings of the config.
+        ``clip_eps``/``clip_c``/``bias_in_gate_weights`` are the ``prior`` settings of the config;
+        ``expert_bias_update_rate`` is ``training.expert_bias_update_rate``, kept for every
+        condition except those for which ``disables_router_balancing`` holds (set to 0 there).
         """
         intervention = condition.get("intervention")
         if intervention not in INTERVENTION_PARAMS:
@@ -91,6 +136,9 @@ class Objective:
             "clip_eps": clip_eps,
             "clip_c": clip_c,
             "bias_in_gate_weights": bias_in_gate_weights,
+            "expert_bias_update_rate": (
+                0.0 if disables_router_balancing(intervention) else float(expert_bias_update_rate)
+            ),
         }
         if intervention in ROUTING_MODES:
             fields["routing_mode"] = ROUTING_MODES[intervention]
@@ -118,7 +166,10 @@ class Objective:
         span_ids: Tensor,
         prior_rows: Tensor | None,
     ) -> dict[str, Tensor]:
-        """Unweighted data-dependent terms of one micro-batch, each a mean over MoE layers.
+        """Unweighted data-dependent terms of one micro-batch, combined over MoE layers.
+
+        ``load_balancing`` and ``z_loss`` are sums over the MoE layers (Megatron-Core attaches
+        one loss per layer, see the module notes); ``kl_base`` and ``logit_l2`` are means.
 
         Args:
             logits, indices: per MoE layer, ``(B*T, E)`` unbiased logits and ``(B*T, k)`` selections.
@@ -146,7 +197,10 @@ class Objective:
                     )
             if "z_loss" in per_layer:
                 per_layer["z_loss"].append(core.z_loss(z, token_mask))
-        return {name: torch.stack(values).mean() for name, values in per_layer.items()}
+        return {
+            name: torch.stack(values).sum() if name in LAYER_SUMMED_TERMS else torch.stack(values).mean()
+            for name, values in per_layer.items()
+        }
 
     def parameter_terms(
         self, gate_weights: Sequence[Tensor], base_weights: Sequence[Tensor]
