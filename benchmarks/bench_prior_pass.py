@@ -1,0 +1,188 @@
+"""Benchmark: the frozen-base prior pass over a plain no-grad forward of the same model (goal <= 1.1x).
+
+Times ``workflow_scripts.priors.compute.compute_prior`` (what ``priors compute`` runs: encode
+and span-label the rows, batch them longest first, forward with router logits, eq. (2) span
+means, write the ``(N, 2, L, E)`` ``.npy``) against ``model(input_ids, attention_mask)`` under
+``torch.no_grad()`` over the same tokens in the same batches (encoded, ordered and padded
+beforehand, so the baseline is the forward alone). A second baseline also passes
+``logits_to_keep=1`` as the prior pass does, i.e. skips the LM head. The toy model of each
+architecture comes from the toy overlay (``profiles/local/toy.yaml`` with the registry's E, k
+and MoE layers); rows from the toy pretraining generator; batch size and row length are the
+toy ``prior.batch_size`` and ``training.sequence_length``. Passes are interleaved and
+repeated; medians of wall and process CPU seconds are reported, the verdict on ``--clock``.
+
+    python benchmarks/bench_prior_pass.py                      # three architectures, 1 thread
+    python benchmarks/bench_prior_pass.py --architecture deepseek_v3 --rows 512 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from snakemake.utils import update_config
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
+from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
+from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
+from workflow_scripts.priors.compute import compute_prior  # noqa: E402
+from workflow_scripts.train.batches import MicroBatch, collate, encode_rows  # noqa: E402
+
+GOAL = 1.1
+CLOCKS = {"wall": 0, "cpu": 1}
+
+
+def toy_registry() -> dict[str, Any]:
+    """``config.yaml`` with the toy overlay applied, as the local profile loads it."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    update_config(config, yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text()))
+    return config
+
+
+def toy_spec(config: dict[str, Any], architecture: str, overrides: dict[str, Any]) -> ToyModelSpec:
+    """The toy spec of the registry model of ``architecture`` (``toy_model_spec`` of common.smk)."""
+    model = next(m for m in config["models"].values() if m["architecture"] == architecture)
+    spec = dict(model["toy"])
+    spec.update(
+        num_layers=spec["first_dense_layers"] + model["moe_layers"],
+        num_experts=model["experts"],
+        top_k=model["top_k"],
+        shared_experts=model["shared_experts"],
+    )
+    return ToyModelSpec.from_dict({**spec, **overrides})
+
+
+def same_batches(
+    tokenizer: Any, rows: list[tuple[str, str]], batch_size: int, max_length: int
+) -> list[MicroBatch]:
+    """The prior pass's batches: rows cut to ``max_length``, longest first (stable), right-padded."""
+    prompts, answers = zip(*rows, strict=True)
+    examples = encode_rows(tokenizer, prompts, answers, max_length)
+    order = np.argsort(-np.array([len(e.input_ids) for e in examples]), kind="stable")
+    return [
+        collate(examples, order[i : i + batch_size], tokenizer.pad_token_id, "all")
+        for i in range(0, len(order), batch_size)
+    ]
+
+
+def plain_forward(model: torch.nn.Module, batches: list[MicroBatch], **kwargs: Any) -> None:
+    """The baseline: the model over every batch under ``torch.no_grad()``, outputs discarded."""
+    with torch.no_grad():
+        for b in batches:
+            model(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=False, **kwargs)
+
+
+def passes(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: list[tuple[str, str]],
+    batches: list[MicroBatch],
+    batch_size: int,
+    max_length: int,
+    out: Path,
+) -> dict[str, Callable[[], object]]:
+    """The three timed passes over the same rows in the same batches."""
+    return {
+        "prior pass (compute_prior)": lambda: compute_prior(
+            model, tokenizer, rows, out, batch_size, max_length, progress=False
+        ),
+        "plain forward": lambda: plain_forward(model, batches),
+        "plain forward, logits_to_keep=1": lambda: plain_forward(model, batches, logits_to_keep=1),
+    }
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--architecture", choices=(*ARCHITECTURES, "all"), default="all", help="router family (default all)"
+    )
+    parser.add_argument(
+        "--spec", type=json.loads, default={}, help="ToyModelSpec fields overriding the toy sizes (JSON)"
+    )
+    parser.add_argument("--rows", type=int, default=128, help="rows in the pass (toy train splits: 64)")
+    parser.add_argument("--batch-size", type=int, help="rows per forward (default: toy prior.batch_size)")
+    parser.add_argument(
+        "--max-length", type=int, help="tokens kept per row (default: toy training.sequence_length)"
+    )
+    parser.add_argument("--repeats", type=int, default=4, help="timed passes of each kind, interleaved")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--clock",
+        choices=tuple(CLOCKS),
+        default="cpu",
+        help="clock of the verdict: process CPU seconds (robust to other processes; sums threads) or wall",
+    )
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    config = toy_registry()
+    batch_size = args.batch_size or int(config["prior"]["batch_size"])
+    max_length = args.max_length or int(config["training"]["sequence_length"])
+    frame = synthetic_rows({"Math": args.rows // 2, "main": args.rows - args.rows // 2}, seed=0)
+    rows = list(zip(frame["prompt"].tolist(), frame["answer"].tolist(), strict=True))
+    tokenizer = train_tokenizer([text for row in rows for text in row], int(config["toy_base"]["vocab_size"]))
+    batches = same_batches(tokenizer, rows, batch_size, max_length)
+    tokens = sum(int(b.attention_mask.sum()) for b in batches)
+    print(f"torch threads={torch.get_num_threads()}; {len(rows)} rows, {tokens} tokens (<= {max_length}/row)")
+    print(f"{len(batches)} batches of <= {batch_size} rows; {args.repeats} interleaved passes of each kind")
+
+    architectures = ARCHITECTURES if args.architecture == "all" else (args.architecture,)
+    verdicts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "prior.npy"
+        for architecture in architectures:
+            spec = toy_spec(config, architecture, args.spec)
+            model = build_toy_model(architecture, spec, tokenizer, seed=0).eval()
+            kinds = passes(model, tokenizer, rows, batches, batch_size, max_length, out)
+            for fn in kinds.values():  # warm-up
+                fn()
+            samples: dict[str, list[tuple[float, float]]] = {name: [] for name in kinds}
+            for _ in range(args.repeats):
+                for name, fn in kinds.items():
+                    samples[name].append(timed(fn))
+            medians = {
+                name: [statistics.median(s[i] for s in v) for i in CLOCKS.values()]
+                for name, v in samples.items()
+            }
+            prior_pass = medians["prior pass (compute_prior)"]
+            print(
+                f"\n{architecture}: hidden {spec.hidden_size}, {spec.num_layers} layers "
+                f"({spec.num_moe_layers} MoE), E={spec.num_experts}, k={spec.top_k}"
+            )
+            print(f"  {'':<32} {'median wall s':>13} {'median cpu s':>13}  prior pass / this")
+            for name, (wall, cpu) in medians.items():
+                print(
+                    f"  {name:<32} {wall:13.3f} {cpu:13.3f}  "
+                    f"wall {prior_pass[0] / wall:5.3f}x, cpu {prior_pass[1] / cpu:5.3f}x"
+                )
+            ratio = prior_pass[CLOCKS[args.clock]] / medians["plain forward"][CLOCKS[args.clock]]
+            verdicts.append(ratio <= GOAL)
+            print(
+                f"  ratio to the plain forward ({args.clock}): {ratio:5.3f}x -> "
+                f"{'meets' if ratio <= GOAL else 'MISSES'} goal <= {GOAL}x"
+            )
+    print(f"\n{sum(verdicts)}/{len(verdicts)} architectures meet the goal <= {GOAL}x")
+
+
+if __name__ == "__main__":
+    main()
