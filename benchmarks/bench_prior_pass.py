@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
-from snakemake.utils import update_config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,30 +37,17 @@ from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
 from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
 from workflow_scripts.priors.compute import compute_prior  # noqa: E402
+from workflow_scripts.registry import load_config, toy_model_sizes  # noqa: E402
 from workflow_scripts.train.batches import MicroBatch, collate, encode_rows  # noqa: E402
 
 GOAL = 1.1
 CLOCKS = {"wall": 0, "cpu": 1}
 
 
-def toy_registry() -> dict[str, Any]:
-    """``config.yaml`` with the toy overlay applied, as the local profile loads it."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    update_config(config, yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text()))
-    return config
-
-
 def toy_spec(config: dict[str, Any], architecture: str, overrides: dict[str, Any]) -> ToyModelSpec:
-    """The toy spec of the registry model of ``architecture`` (``toy_model_spec`` of common.smk)."""
+    """The toy spec of the registry model of ``architecture``, as the toy base rule builds it."""
     model = next(m for m in config["models"].values() if m["architecture"] == architecture)
-    spec = dict(model["toy"])
-    spec.update(
-        num_layers=spec["first_dense_layers"] + model["moe_layers"],
-        num_experts=model["experts"],
-        top_k=model["top_k"],
-        shared_experts=model["shared_experts"],
-    )
-    return ToyModelSpec.from_dict({**spec, **overrides})
+    return ToyModelSpec.from_dict({**toy_model_sizes(model), **overrides})
 
 
 def same_batches(
@@ -135,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    config = toy_registry()
+    config = load_config(ROOT, toy=True)
     batch_size = args.batch_size or int(config["prior"]["batch_size"])
     max_length = args.max_length or int(config["training"]["sequence_length"])
     frame = synthetic_rows({"Math": args.rows // 2, "main": args.rows - args.rows // 2}, seed=0)

@@ -36,8 +36,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
-from snakemake.utils import update_config
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
 from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
+from workflow_scripts.registry import load_config, toy_model_sizes  # noqa: E402
 from workflow_scripts.train.batches import Example, encode_rows  # noqa: E402
 from workflow_scripts.train.cli import train_config  # noqa: E402
 from workflow_scripts.train.loop import TrainConfig, train  # noqa: E402
@@ -56,24 +55,10 @@ CLOCKS = {"wall": 0, "cpu": 1}
 CONTROL = "sft (control)"
 
 
-def toy_registry() -> dict[str, Any]:
-    """``config.yaml`` with the toy overlay applied, as the local profile loads it."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    update_config(config, yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text()))
-    return config
-
-
 def toy_spec(config: dict[str, Any], architecture: str, overrides: dict[str, Any]) -> ToyModelSpec:
-    """The toy spec of the registry model of ``architecture`` (``toy_model_spec`` of common.smk)."""
+    """The toy spec of the registry model of ``architecture``, as the toy base rule builds it."""
     model = next(m for m in config["models"].values() if m["architecture"] == architecture)
-    spec = dict(model["toy"])
-    spec.update(
-        num_layers=spec["first_dense_layers"] + model["moe_layers"],
-        num_experts=model["experts"],
-        top_k=model["top_k"],
-        shared_experts=model["shared_experts"],
-    )
-    return ToyModelSpec.from_dict({**spec, **overrides})
+    return ToyModelSpec.from_dict({**toy_model_sizes(model), **overrides})
 
 
 def one_per_intervention(conditions: dict[str, Any]) -> dict[str, list[str]]:
@@ -172,7 +157,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)  # as `train run` does
-    config = toy_registry()
+    config = load_config(ROOT, toy=True)
     training = config["training"]
     base = train_config(training)
     length = args.sequence_length or int(training["sequence_length"])

@@ -109,13 +109,7 @@ def corpus_spec(wildcards):
 
 def toy_model_spec(wildcards):
     """The toy sizes plus the registry's E, k, shared experts and MoE layers, as JSON."""
-    model = config["models"][wildcards.model]
-    spec = dict(model["toy"])
-    spec["num_layers"] = spec["first_dense_layers"] + model["moe_layers"]
-    spec["num_experts"] = model["experts"]
-    spec["top_k"] = model["top_k"]
-    spec["shared_experts"] = model["shared_experts"]
-    return json.dumps(spec, sort_keys=True)
+    return json.dumps(registry.toy_model_sizes(config["models"][wildcards.model]), sort_keys=True)
 
 
 def prior_file(model, corpus, kind):

@@ -6,8 +6,8 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
-from snakemake.utils import update_config
+
+from workflow_scripts import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 # The smallest toy MoE the unit tests build (3 layers, the first dense; 8 experts, top-2).
@@ -27,10 +27,7 @@ SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.yaml"
 
 
 def load_config(toy: bool) -> dict:
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    if toy:
-        update_config(config, yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text()))
-    return config
+    return registry.load_config(ROOT, toy)
 
 
 @pytest.fixture(scope="session")

@@ -239,3 +239,15 @@ def test_no_seed_cap_keeps_the_paper_grid(paper_config):
     registry.cap_seeds(paper_config)
     assert closure(paper_config, "table2") == before
     assert len(before.trainings) == 2 * 3 * 3
+
+
+def test_toy_model_sizes_take_experts_top_k_and_layers_from_the_registry(toy_config):
+    model = toy_config["models"]["qwen3_30b"]
+    sizes = registry.toy_model_sizes(model)
+    assert (sizes["num_experts"], sizes["top_k"], sizes["shared_experts"]) == (
+        model["experts"],
+        model["top_k"],
+        model["shared_experts"],
+    )
+    assert sizes["num_layers"] == model["toy"]["first_dense_layers"] + model["moe_layers"]
+    assert {key: sizes[key] for key in model["toy"]} == model["toy"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Parameters each intervention needs, and whether it reads a prior tensor.
@@ -292,3 +293,30 @@ def validate_config(config: dict[str, Any], schema: str) -> None:
         check_references(config)
     except RegistryError as error:
         raise RegistryError(f"config key {error}") from None
+
+
+TOY_OVERLAY = "profiles/local/toy.yaml"
+
+
+def load_config(root: str | Path, toy: bool) -> dict[str, Any]:
+    """``config.yaml`` of a checkout, with the toy overlay applied as the local profile applies it.
+
+    For scripts outside Snakemake (benchmarks, tests); not validated.
+    """
+    import yaml
+    from snakemake.utils import update_config
+
+    config = yaml.safe_load((Path(root) / "config.yaml").read_text())
+    if toy:
+        update_config(config, yaml.safe_load((Path(root) / TOY_OVERLAY).read_text()))
+    return config
+
+
+def toy_model_sizes(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A toy model's sizes: its ``toy`` block plus the registry's E, k, shared experts and MoE layers."""
+    sizes = dict(model["toy"])
+    sizes["num_layers"] = sizes["first_dense_layers"] + model["moe_layers"]
+    sizes["num_experts"] = model["experts"]
+    sizes["top_k"] = model["top_k"]
+    sizes["shared_experts"] = model["shared_experts"]
+    return sizes
