@@ -24,7 +24,9 @@ module is cheap.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -114,13 +116,13 @@ def _render(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, str]], 
 
 
 def answer_span_mask(
-    tokenizer: PreTrainedTokenizerFast, prompt: str, answer: str
+    tokenizer: PreTrainedTokenizerFast, prompt: str, answer: str, max_length: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Tokenise the chat rendering of one (prompt, answer) pair and label every token's span.
 
     The pair is rendered through the tokenizer's chat template as
     ``[user: prompt, assistant: answer]`` and the rendered string is tokenised once, with
-    ``return_offsets_mapping``. The character spans of the prompt and the answer in the
+    offsets. The character spans of the prompt and the answer in the
     rendered string are located from the template itself: the answer starts where the
     rendering of ``[user: prompt]`` with ``add_generation_prompt=True`` ends, and the
     prompt is the first occurrence of ``prompt`` before that point.
@@ -129,17 +131,46 @@ def answer_span_mask(
 
     * special tokens (bos, role tokens, eos) and zero-width tokens get ``-1``;
     * otherwise the token gets ``0`` (Q) if ``[s, e)`` overlaps the prompt's characters,
-      ``1`` (A) if it overlaps the answer's characters (the larger overlap wins if both),
-      and ``-1`` if it overlaps neither (template text).
+      ``1`` (A) if it overlaps the answer's characters (the larger overlap wins, Q on a
+      tie), and ``-1`` if it overlaps neither (template text).
 
     Since the template delimits content with special tokens only, no text token straddles
     content and template, so the Q tokens decode to exactly the prompt and the A tokens to
     exactly the answer (a multi-byte character split over byte-level tokens is covered by
     all of its tokens, which all carry its span).
 
+    Args:
+        tokenizer, prompt, answer: the tokenizer (with its chat template) and the pair.
+        max_length: when given, only the first ``max_length`` tokens are labelled and
+            returned; the result equals the untruncated one cut to ``max_length`` (every
+            token's label depends on that token alone).
+
     Returns:
         ``(input_ids, span_ids)``: two equally long lists of ints.
     """
+    input_ids, span_ids = answer_span_arrays(tokenizer, prompt, answer, max_length)
+    return input_ids.tolist(), span_ids.tolist()
+
+
+def special_id_array(tokenizer: PreTrainedTokenizerFast) -> np.ndarray:
+    """The tokenizer's special token ids as a sorted int64 array (for ``answer_span_arrays``)."""
+    return np.unique(np.asarray(tokenizer.all_special_ids, dtype=np.int64))
+
+
+def answer_span_arrays(
+    tokenizer: PreTrainedTokenizerFast,
+    prompt: str,
+    answer: str,
+    max_length: int | None = None,
+    special_ids: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``answer_span_mask`` as numpy arrays: ``(input_ids int64, span_ids int8)``.
+
+    ``special_ids`` (``special_id_array(tokenizer)``) may be passed to build it once for many
+    rows; by default it is read from the tokenizer.
+    """
+    if max_length is not None and max_length < 0:
+        raise ValueError(f"max_length must be non-negative, got {max_length}")
     prompt_turn = [{"role": "user", "content": prompt}]
     full = _render(tokenizer, [*prompt_turn, {"role": "assistant", "content": answer}], generation=False)
     prefix = _render(tokenizer, prompt_turn, generation=True)
@@ -151,25 +182,54 @@ def answer_span_mask(
         raise ValueError("prompt not found before the answer in the rendered chat")
     q_end = q_start + len(prompt)
 
-    encoding = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    input_ids: list[int] = list(encoding["input_ids"])
-    offsets: Sequence[tuple[int, int]] = encoding["offset_mapping"]
-    special = set(tokenizer.all_special_ids)
-    span_ids = [
-        _label(tok, s, e, special, (q_start, q_end), (a_start, a_end))
-        for tok, (s, e) in zip(input_ids, offsets, strict=True)
-    ]
-    return input_ids, span_ids
+    ids, offsets = _encode_with_offsets(tokenizer, full)
+    if max_length is not None:
+        ids, offsets = ids[:max_length], offsets[:max_length]
+    input_ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    if len(bounds) != len(input_ids):
+        raise ValueError(f"{len(input_ids)} token ids but {len(bounds)} offsets")
+    if special_ids is None:
+        special_ids = special_id_array(tokenizer)
+    return input_ids, _span_labels(input_ids, bounds, special_ids, (q_start, q_end), (a_start, a_end))
 
 
-def _overlap(s: int, e: int, span: tuple[int, int]) -> int:
-    return max(0, min(e, span[1]) - max(s, span[0]))
+def _encode_with_offsets(
+    tokenizer: PreTrainedTokenizerFast, text: str
+) -> tuple[Sequence[int], Sequence[Any]]:
+    """Token ids and character offsets of ``text`` without added special tokens.
+
+    Calls the Rust backend directly when its state is the one ``tokenizer(...)`` would set
+    for this call (no truncation, no padding, special tokens not split), which skips the
+    ``BatchEncoding`` conversion; otherwise goes through ``tokenizer(...)``. Same tokens.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if (
+        backend is not None
+        and backend.truncation is None
+        and backend.padding is None
+        and bool(getattr(backend, "encode_special_tokens", False))
+        == bool(getattr(tokenizer, "split_special_tokens", False))
+    ):
+        encoding = backend.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return encoding["input_ids"], encoding["offset_mapping"]
 
 
-def _label(token_id: int, s: int, e: int, special: set[int], q: tuple[int, int], a: tuple[int, int]) -> int:
-    if token_id in special or e <= s:
-        return NO_SPAN
-    q_overlap, a_overlap = _overlap(s, e, q), _overlap(s, e, a)
-    if q_overlap == 0 and a_overlap == 0:
-        return NO_SPAN
-    return Q_SPAN if q_overlap >= a_overlap else A_SPAN
+def _span_labels(
+    input_ids: np.ndarray,
+    bounds: np.ndarray,
+    special_ids: np.ndarray,
+    q: tuple[int, int],
+    a: tuple[int, int],
+) -> np.ndarray:
+    """Span label of every token (the rule of ``answer_span_mask``), vectorised: int8 ``(T,)``."""
+    starts, ends = bounds[:, 0], bounds[:, 1]
+    q_overlap = np.maximum(np.minimum(ends, q[1]) - np.maximum(starts, q[0]), 0)
+    a_overlap = np.maximum(np.minimum(ends, a[1]) - np.maximum(starts, a[0]), 0)
+    spans = np.where(q_overlap >= a_overlap, Q_SPAN, A_SPAN).astype(np.int8)
+    special = (input_ids[:, None] == np.asarray(special_ids, dtype=np.int64)[None, :]).any(axis=1)
+    outside = ((q_overlap == 0) & (a_overlap == 0)) | (ends <= starts) | special
+    spans[outside] = NO_SPAN
+    return spans

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,19 +99,43 @@ def span_means(probs: torch.Tensor, span_ids: torch.Tensor) -> tuple[torch.Tenso
     return means, counts
 
 
-def _encoder(tokenizer: Any, rows: Sequence[tuple[str, str]], max_length: int):
-    """``encode(i) -> (ids, spans)`` of row ``i``, chat-rendered, span-labelled and truncated."""
-    from workflow_scripts.models.tokenizer import answer_span_mask
+def _encode_rows(
+    tokenizer: Any, rows: Sequence[tuple[str, str]], max_length: int, directory: Path
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Encode every row once, chat-rendered, span-labelled and cut to ``max_length`` tokens.
 
-    def encode(i: int) -> tuple[list[int], list[int]]:
-        prompt, answer = rows[i]
-        try:
-            ids, spans = answer_span_mask(tokenizer, prompt, answer)
-        except ValueError as error:
-            raise ValueError(f"row {i}: {error}") from error
-        return ids[:max_length], spans[:max_length]
+    The kept tokens of all rows are appended, in split order, to two flat files in
+    ``directory`` (int32 ids, int8 spans) and memory-mapped back, so memory use does not grow
+    with the split (disk: 5 bytes per kept token).
 
-    return encode
+    Returns:
+        ``(lengths, ids, spans)``: ``(N,)`` int64 kept length of each row, and the flat ids and
+        spans; row ``i`` is ``[starts[i], starts[i] + lengths[i])`` with ``starts`` the
+        exclusive cumulative sum of ``lengths``.
+    """
+    from workflow_scripts.models.tokenizer import answer_span_arrays, special_id_array
+
+    special = special_id_array(tokenizer)
+    lengths = np.zeros(len(rows), dtype=np.int64)
+    ids_path, spans_path = directory / "ids.int32", directory / "spans.int8"
+    with ids_path.open("wb") as ids_file, spans_path.open("wb") as spans_file:
+        for i, (prompt, answer) in enumerate(rows):
+            try:
+                ids, spans = answer_span_arrays(tokenizer, prompt, answer, max_length, special)
+            except ValueError as error:
+                raise ValueError(f"row {i}: {error}") from error
+            if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+                raise ValueError(f"row {i}: token ids out of the int32 range")
+            ids_file.write(ids.astype(np.int32).tobytes())
+            spans_file.write(spans.astype(np.int8, copy=False).tobytes())
+            lengths[i] = ids.size
+    if not lengths.sum():
+        return lengths, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int8)
+    return (
+        lengths,
+        np.memmap(ids_path, dtype=np.int32, mode="r"),
+        np.memmap(spans_path, dtype=np.int8, mode="r"),
+    )
 
 
 def compute_prior(
@@ -130,8 +155,10 @@ def compute_prior(
     ``answer_span_mask`` and cut to their first ``max_length`` tokens; they are batched in
     order of decreasing length (stable, so ties keep split order) to limit padding, right-
     padded with the pad token (attention mask 0, span -1), and every row's means are written
-    at the row's own index. Encoding runs twice (once for the lengths, once per batch) so
-    that no encoded split is held in memory.
+    at the row's own index. Every row is encoded once, before the pass: its kept ids and spans
+    go to a temporary flat int32/int8 file pair next to ``out_path`` (5 bytes per kept token,
+    memory-mapped, removed afterwards), so no encoded split is held in memory; only the
+    ``(N,)`` lengths and start offsets are.
 
     Args:
         model: a transformers MoE ``*ForCausalLM`` (the frozen base).
@@ -167,27 +194,32 @@ def compute_prior(
         0,
     )
     device = model.device
-    encode = _encoder(tokenizer, rows, max_length)
-    lengths = np.fromiter((len(encode(i)[0]) for i in range(num_rows)), dtype=np.int64, count=num_rows)
-    order = np.argsort(-lengths, kind="stable")
     counts = np.zeros((num_rows, 2), dtype=np.int64)
     started = time.perf_counter()
 
     model.eval()
-    with atomic_path(out_path) as tmp, torch.inference_mode():
+    with (
+        atomic_path(out_path) as tmp,
+        tempfile.TemporaryDirectory(prefix=f"{tmp.name}.tokens.", dir=tmp.parent) as cache,
+        torch.inference_mode(),
+    ):
+        lengths, flat_ids, flat_spans = _encode_rows(tokenizer, rows, max_length, Path(cache))
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        order = np.argsort(-lengths, kind="stable")
         prior = None
         batches = range(0, num_rows, batch_size)
         for number, start in enumerate(batches, start=1):
             index = order[start : start + batch_size]
-            encoded = [encode(int(i)) for i in index]
-            width = max(len(ids) for ids, _ in encoded)
-            input_ids = torch.full((len(index), width), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(index), width), dtype=torch.long)
-            span_ids = torch.full((len(index), width), -1, dtype=torch.long)
-            for b, (ids, spans) in enumerate(encoded):
-                input_ids[b, : len(ids)] = torch.tensor(ids)
-                attention_mask[b, : len(ids)] = 1
-                span_ids[b, : len(ids)] = torch.tensor(spans)
+            batch_lengths = lengths[index]
+            width = int(batch_lengths.max())
+            ids_np = np.full((len(index), width), pad_id, dtype=np.int64)
+            spans_np = np.full((len(index), width), -1, dtype=np.int64)
+            for b, (first, length) in enumerate(zip(starts[index], batch_lengths, strict=True)):
+                ids_np[b, :length] = flat_ids[first : first + length]
+                spans_np[b, :length] = flat_spans[first : first + length]
+            input_ids = torch.from_numpy(ids_np)
+            attention_mask = torch.from_numpy((np.arange(width) < batch_lengths[:, None]).astype(np.int64))
+            span_ids = torch.from_numpy(spans_np)
             outputs = model(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
@@ -216,7 +248,7 @@ def compute_prior(
         assert prior is not None
         prior.flush()
         shape = prior.shape
-        del prior  # close the map before the file is moved into place
+        del prior, flat_ids, flat_spans  # close the maps before the files are moved or removed
     seconds = time.perf_counter() - started
     return {
         "shape": [int(d) for d in shape],
