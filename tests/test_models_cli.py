@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
+from pathlib import Path
+
+import pytest
 
 from tests.dag import ROOT
 from workflow_scripts.models.toy import load_local
@@ -64,3 +68,59 @@ def test_unknown_spec_key_is_a_clear_error(tmp_path):
     done = toy_base(tmp_path, spec={**SPEC, "hiden_size": 8})
     assert done.returncode == 2
     assert "--spec" in done.stderr and "hiden_size" in done.stderr
+
+
+def _fake_hub(calls: dict, fail: bool = False) -> types.SimpleNamespace:
+    """A stand-in for huggingface_hub: resolves the revision and writes a two-file snapshot."""
+    sha = "0123abcd" * 5
+
+    class FakeApi:
+        def model_info(self, repo, revision):
+            calls["info"] = (repo, revision)
+            return types.SimpleNamespace(sha=sha)
+
+    def snapshot_download(repo, revision, local_dir):
+        calls["snapshot"] = (repo, revision)
+        (Path(local_dir) / "config.json").write_text('{"model_type": "deepseek_v3"}')
+        (Path(local_dir) / ".cache").mkdir()
+        if fail:
+            raise OSError("connection reset")
+        (Path(local_dir) / "model.safetensors").write_bytes(b"weights")
+
+    return types.SimpleNamespace(HfApi=FakeApi, snapshot_download=snapshot_download, sha=sha)
+
+
+def test_model_download_pins_the_resolved_commit_and_records_it(tmp_path, monkeypatch):
+    from workflow_scripts.models.cli import run_download
+
+    calls: dict = {}
+    hub = _fake_hub(calls)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    out, manifest = (
+        tmp_path / "models" / "moonlight" / "base",
+        tmp_path / "models" / "moonlight" / "base.json",
+    )
+    run_download(
+        types.SimpleNamespace(repo="org/model", revision="main", out=str(out), manifest=str(manifest))
+    )
+    assert calls == {"info": ("org/model", "main"), "snapshot": ("org/model", hub.sha)}
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    record = json.loads(manifest.read_text())
+    assert (record["repo"], record["revision_requested"], record["revision_resolved"]) == (
+        "org/model",
+        "main",
+        hub.sha,
+    )
+    assert record["checkpoint"]
+
+
+def test_a_failed_model_download_leaves_no_checkpoint(tmp_path, monkeypatch):
+    from workflow_scripts.models.cli import run_download
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", _fake_hub({}, fail=True))
+    out = tmp_path / "models" / "moonlight" / "base"
+    with pytest.raises(OSError, match="connection reset"):
+        run_download(
+            types.SimpleNamespace(repo="org/model", revision="main", out=str(out), manifest="m.json")
+        )
+    assert list(out.parent.iterdir()) == []
