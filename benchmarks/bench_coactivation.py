@@ -25,6 +25,7 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
+from single_core import add_cpu_argument, pin  # noqa: E402
 
 from workflow_scripts.probe.graphs import coactivation_layers  # noqa: E402
 
@@ -80,11 +81,10 @@ def medians(fns: dict[str, Callable[[], object]], repeats: dict[str, int], round
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: the first allowed)")
+    add_cpu_argument(parser)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median over all calls)")
     args = parser.parse_args()
-    cpu = min(os.sched_getaffinity(0)) if args.cpu is None else args.cpu
-    os.sched_setaffinity(0, {cpu})
+    cpu = pin(args.cpu)
 
     topk = synthetic_topk(np.random.default_rng(0), N_LAYERS, N_TOKENS)
     ref = coactivation_layers(topk, N_EXPERTS)

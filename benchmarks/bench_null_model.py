@@ -18,6 +18,7 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from single_core import add_cpu_argument, pin  # noqa: E402
 
 from workflow_scripts.probe.communities import louvain  # noqa: E402
 from workflow_scripts.probe.graphs import coactivation_layers, threshold_top_fraction  # noqa: E402
@@ -48,11 +49,10 @@ def run_once(topk: np.ndarray) -> tuple[float, list]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: the first allowed)")
+    add_cpu_argument(parser)
     parser.add_argument("--repeats", type=int, default=1, help="runs; the median wall time is reported")
     args = parser.parse_args()
-    cpu = min(os.sched_getaffinity(0)) if args.cpu is None else args.cpu
-    os.sched_setaffinity(0, {cpu})
+    cpu = pin(args.cpu)
     topk = synthetic_topk(np.random.default_rng(0))
     times = []
     for _ in range(args.repeats):

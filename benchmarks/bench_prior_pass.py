@@ -33,6 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from single_core import CLOCKS, add_clock_arguments  # noqa: E402
+
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
 from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
@@ -41,7 +43,6 @@ from workflow_scripts.registry import load_config, toy_model_sizes  # noqa: E402
 from workflow_scripts.train.batches import MicroBatch, collate, encode_rows  # noqa: E402
 
 GOAL = 1.1
-CLOCKS = {"wall": 0, "cpu": 1}
 
 
 def toy_spec(config: dict[str, Any], architecture: str, overrides: dict[str, Any]) -> ToyModelSpec:
@@ -110,13 +111,7 @@ def main() -> None:
         "--max-length", type=int, help="tokens kept per row (default: toy training.sequence_length)"
     )
     parser.add_argument("--repeats", type=int, default=4, help="timed passes of each kind, interleaved")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument(
-        "--clock",
-        choices=tuple(CLOCKS),
-        default="cpu",
-        help="clock of the verdict: process CPU seconds (robust to other processes; sums threads) or wall",
-    )
+    add_clock_arguments(parser)
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -42,6 +42,8 @@ import yaml  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from single_core import pin  # noqa: E402
+
 from workflow_scripts.data import scoring, toy  # noqa: E402
 from workflow_scripts.data.sources import read_source  # noqa: E402
 
@@ -56,8 +58,7 @@ def single_core() -> str:
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
     if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
+        cpu = pin()
         return f"pinned to CPU {cpu}; arrow cpu/io threads 1; OMP/OpenBLAS/MKL threads 1"
     return "arrow cpu/io threads 1; OMP/OpenBLAS/MKL threads 1 (no CPU pinning on this OS)"
 

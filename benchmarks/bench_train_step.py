@@ -41,6 +41,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from single_core import CLOCKS, add_clock_arguments  # noqa: E402
+
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
 from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
@@ -51,7 +53,6 @@ from workflow_scripts.train.loop import TrainConfig, train  # noqa: E402
 from workflow_scripts.train.objective import Objective  # noqa: E402
 
 GOAL = 1.05
-CLOCKS = {"wall": 0, "cpu": 1}
 CONTROL = "sft (control)"
 
 
@@ -146,13 +147,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run")
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per run")
     parser.add_argument("--repeats", type=int, default=4, help="runs per condition, interleaved")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument(
-        "--clock",
-        choices=tuple(CLOCKS),
-        default="cpu",
-        help="clock of the verdict: process CPU seconds (robust to other processes; sums threads) or wall",
-    )
+    add_clock_arguments(parser)
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -28,27 +28,22 @@ def prior_file(results: str | Path, model: str, corpus: str, name: str) -> Path:
     return Path(results) / "priors" / model / corpus / name
 
 
+def _run_dir(
+    results: str | Path, stage: str, model: str, corpus: str, condition: str, seed: int | None
+) -> Path:
+    """``<results>/<stage>/<model>/<corpus>/<base | condition/s<seed>>``."""
+    return Path(results) / stage / model / corpus / run_name(condition, seed)
+
+
 def checkpoint_dir(results: str | Path, training: Training) -> Path:
-    return (
-        Path(results)
-        / "checkpoints"
-        / training.model
-        / training.corpus
-        / training.condition
-        / (f"s{training.seed}")
+    return _run_dir(
+        results, "checkpoints", training.model, training.corpus, training.condition, training.seed
     )
 
 
 def routes_path(results: str | Path, probe: Probe) -> Path:
     """The bias-free routes of a probed checkpoint (or base) on a corpus' probe pool."""
-    return (
-        Path(results)
-        / "probes"
-        / probe.model
-        / probe.corpus
-        / run_name(probe.condition, probe.seed)
-        / ("routes.npz")
-    )
+    return _run_dir(results, "probes", probe.model, probe.corpus, probe.condition, probe.seed) / "routes.npz"
 
 
 def partition_path(results: str | Path, model: str, corpus: str) -> Path:
@@ -59,12 +54,7 @@ def partition_path(results: str | Path, model: str, corpus: str) -> Path:
 def metrics_path(results: str | Path, probe: Probe) -> Path:
     """The retention metrics of a probed trained checkpoint."""
     return (
-        Path(results)
-        / "graphs"
-        / probe.model
-        / probe.corpus
-        / run_name(probe.condition, probe.seed)
-        / ("metrics.json")
+        _run_dir(results, "graphs", probe.model, probe.corpus, probe.condition, probe.seed) / "metrics.json"
     )
 
 
