@@ -7,7 +7,7 @@ sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts import forkserver, layout, registry
 
-registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.yaml")
+registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.json")
 registry.cap_seeds(config)
 
 

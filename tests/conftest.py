@@ -23,7 +23,7 @@ TINY_SPEC = dict(
     qk_rope_head_dim=4,
     max_position_embeddings=128,
 )
-SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.yaml"
+SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.json"
 
 
 def load_config(toy: bool) -> dict:
