@@ -81,3 +81,73 @@ def test_answer_span_mask_tokens_match_the_tokenizer_call_under_backend_settings
         tokenizer.backend_tokenizer.no_truncation()
     with pytest.raises(ValueError, match="non-negative"):
         tk.answer_span_mask(tokenizer, prompt, answer, -1)
+
+
+# ---------------------------------------------------------------- prefix tokenisation
+
+ADDED = ["<|im_start|>", "<|im_end|>", "<|x|>"]
+PIECES = ["word", " word", "héllo", "e\u0301", "🙂", "12345678901234", "  ", "\n", "\n\n  ", "'s", "x+y="]
+PIECES += ["\t", "\\frac{1}{2}"]
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _piece_text(rng: np.random.Generator, pieces: int, special: float) -> str:
+    return "".join(
+        str(rng.choice(ADDED)) if rng.random() < special else str(rng.choice(PIECES)) for _ in range(pieces)
+    )
+
+
+def _backend(kind: str):
+    """Tokenizers of the pre-tokenisation families real checkpoints use, trained on the piece texts."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    if kind == "byte_level":  # GPT-2 style, the toy models'
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif kind == "qwen":  # NFC, a split regex with lookahead, then bytes
+        backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    elif kind == "metaspace":  # SentencePiece style
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+        backend.decoder = decoders.Metaspace(prepend_scheme="first")
+    alphabet = pre_tokenizers.ByteLevel.alphabet() if kind != "metaspace" else []
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=ADDED, initial_alphabet=alphabet, show_progress=False
+    )
+    rng = np.random.default_rng(3)
+    backend.train_from_iterator([_piece_text(rng, 40, 0.0) for _ in range(200)], trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, additional_special_tokens=ADDED)
+
+
+@pytest.mark.parametrize("chars_per_token", [1, 2, tk.PREFIX_CHARS_PER_TOKEN])
+@pytest.mark.parametrize("kind", ["byte_level", "qwen", "metaspace"])
+def test_prefix_tokenisation_equals_tokenising_the_whole_text(kind, chars_per_token, monkeypatch) -> None:
+    """Cutting the encoding of a prefix gives the whole text's first tokens, whatever sits at the cut.
+
+    First tries of 1 and 2 characters per token put the cut right after the kept tokens, where
+    a split added token or an unfinished word would change them if the rule let them through.
+    """
+    monkeypatch.setattr(tk, "PREFIX_CHARS_PER_TOKEN", chars_per_token)
+    tokenizer = _backend(kind)
+    backend = tokenizer.backend_tokenizer
+    rng = np.random.default_rng(chars_per_token)
+    texts = [_piece_text(rng, int(rng.integers(30, 300)), 0.15) for _ in range(40)]
+    prefix_used = checked = 0
+    for text in texts:
+        whole = backend.encode(text, add_special_tokens=False)
+        for max_length in sorted({1, 2, 3, 5, 10, 25, 60, len(whole.ids) // 2, len(whole.ids)}):
+            ids, offsets = tk._encode_with_offsets(tokenizer, text, max_length)
+            assert list(ids) == whole.ids[:max_length], (kind, text[:80], max_length)
+            assert list(offsets) == whole.offsets[:max_length]
+            prefix_used += tk._prefix_encoding(backend, text, max_length) is not None
+            checked += 1
+    assert prefix_used > checked // 2  # the fast path is what was checked, not only the fallback

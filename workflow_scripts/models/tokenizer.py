@@ -182,9 +182,7 @@ def answer_span_arrays(
         raise ValueError("prompt not found before the answer in the rendered chat")
     q_end = q_start + len(prompt)
 
-    ids, offsets = _encode_with_offsets(tokenizer, full)
-    if max_length is not None:
-        ids, offsets = ids[:max_length], offsets[:max_length]
+    ids, offsets = _encode_with_offsets(tokenizer, full, max_length)
     input_ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     if len(bounds) != len(input_ids):
@@ -194,14 +192,17 @@ def answer_span_arrays(
     return input_ids, _span_labels(input_ids, bounds, special_ids, (q_start, q_end), (a_start, a_end))
 
 
-def _encode_with_offsets(
-    tokenizer: PreTrainedTokenizerFast, text: str
-) -> tuple[Sequence[int], Sequence[Any]]:
-    """Token ids and character offsets of ``text`` without added special tokens.
+#: The first prefix tokenised when only ``max_length`` tokens are kept, in characters per kept
+#: token: subword tokenizers average 3-5 characters per token on prose, code and LaTeX, so one
+#: try nearly always suffices; a prefix that proves too short is doubled.
+PREFIX_CHARS_PER_TOKEN = 6
 
-    Calls the Rust backend directly when its state is the one ``tokenizer(...)`` would set
-    for this call (no truncation, no padding, special tokens not split), which skips the
-    ``BatchEncoding`` conversion; otherwise goes through ``tokenizer(...)``. Same tokens.
+
+def _plain_backend(tokenizer: PreTrainedTokenizerFast) -> Any:
+    """The Rust tokenizer when calling it directly gives what ``tokenizer(...)`` would, else None.
+
+    That holds when its state is the one ``tokenizer(...)`` sets for a plain call (no truncation,
+    no padding, special tokens not split); the direct call skips the ``BatchEncoding`` conversion.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if (
@@ -211,10 +212,64 @@ def _encode_with_offsets(
         and bool(getattr(backend, "encode_special_tokens", False))
         == bool(getattr(tokenizer, "split_special_tokens", False))
     ):
+        return backend
+    return None
+
+
+def _complete_words(encoding: Any, max_length: int, limit: int) -> bool:
+    """Whether the first ``max_length`` tokens of a prefix's encoding are those of the whole text.
+
+    Pre-tokenisation splits text into words left to right, each decided by its own characters
+    and at most one character after it, and the model tokenises every word on its own. So a word
+    that is followed by another word of the prefix, and ends before ``limit`` (clear of any
+    added token the cut may have split), is the same word with the same tokens in the whole
+    text. The first ``max_length`` tokens qualify when the word of the last of them does.
+    """
+    words = encoding.word_ids
+    if len(words) <= max_length:
+        return False
+    end = max_length - 1
+    while end + 1 < len(words) and words[end + 1] == words[max_length - 1]:
+        end += 1
+    return end + 1 < len(words) and encoding.offsets[end][1] < limit
+
+
+def _prefix_encoding(backend: Any, text: str, max_length: int) -> Any:
+    """The encoding of a prefix of ``text`` whose first ``max_length`` tokens are the whole text's.
+
+    Tries ``max_length x PREFIX_CHARS_PER_TOKEN`` characters (plus a margin of the longest
+    added token) and doubles that until ``_complete_words`` holds; None when the prefix would
+    be the whole text.
+    """
+    added = backend.get_added_tokens_decoder().values()
+    margin = max((len(token.content) for token in added), default=0) + 2
+    cut = max_length * PREFIX_CHARS_PER_TOKEN + margin
+    while cut < len(text):
+        encoding = backend.encode(text[:cut], add_special_tokens=False)
+        if _complete_words(encoding, max_length, cut - margin):
+            return encoding
+        cut *= 2
+    return None
+
+
+def _encode_with_offsets(
+    tokenizer: PreTrainedTokenizerFast, text: str, max_length: int | None = None
+) -> tuple[Sequence[int], Sequence[Any]]:
+    """Token ids and character offsets of ``text`` without added special tokens, cut to ``max_length``.
+
+    With ``max_length``, only a prefix of ``text`` is tokenised when ``_complete_words`` shows
+    that its first ``max_length`` tokens are the whole text's (``_prefix_encoding``): a row of
+    thousands of characters cut to a few hundred tokens costs a few hundred tokens' work. The
+    result is the same as tokenising the whole text and cutting.
+    """
+    backend = _plain_backend(tokenizer)
+    if backend is None:
+        encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return encoding["input_ids"][:max_length], encoding["offset_mapping"][:max_length]
+    encoding = None if max_length is None else _prefix_encoding(backend, text, max_length)
+    if encoding is None:
         encoding = backend.encode(text, add_special_tokens=False)
-        return encoding.ids, encoding.offsets
-    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return encoding["input_ids"], encoding["offset_mapping"]
+    return encoding.ids[:max_length], encoding.offsets[:max_length]
 
 
 def _span_labels(

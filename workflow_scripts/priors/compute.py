@@ -149,9 +149,9 @@ def compute_prior(
 ) -> dict[str, Any]:
     """One pass of the frozen base over ``rows``, writing the ``(N, 2, L, E)`` prior to ``out_path``.
 
-    The model is put in eval mode and run under ``torch.inference_mode()`` on its own
-    device, with ``output_router_logits=True`` (one ``(B*T, E)`` logit tensor per MoE layer)
-    and ``logits_to_keep=1`` (the LM head is not needed). Rows are encoded with
+    The model is put in eval mode and its decoder (``model.base_model``, without the LM head)
+    run under ``torch.inference_mode()`` on its own device, with ``output_router_logits=True``
+    (one ``(B*T, E)`` logit tensor per MoE layer). Rows are encoded with
     ``answer_span_mask`` and cut to their first ``max_length`` tokens; they are batched in
     order of decreasing length (stable, so ties keep split order) to limit padding, right-
     padded with the pad token (attention mask 0, span -1), and every row's means are written
@@ -194,6 +194,9 @@ def compute_prior(
         0,
     )
     device = model.device
+    # The decoder alone: the prior needs router logits only, not the LM head nor the
+    # load-balancing loss that some causal-LM heads compute whenever router logits are output.
+    decoder = model.base_model
     counts = np.zeros((num_rows, 2), dtype=np.int64)
     started = time.perf_counter()
 
@@ -220,12 +223,11 @@ def compute_prior(
             input_ids = torch.from_numpy(ids_np)
             attention_mask = torch.from_numpy((np.arange(width) < batch_lengths[:, None]).astype(np.int64))
             span_ids = torch.from_numpy(spans_np)
-            outputs = model(
+            outputs = decoder(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 output_router_logits=True,
                 use_cache=False,
-                logits_to_keep=1,
             )
             router_logits = outputs.router_logits
             if router_logits is None or len(router_logits) != len(layers):

@@ -58,8 +58,7 @@ def encode_rows(
         raise ValueError(f"sequence_length must be positive, got {sequence_length}")
     examples = []
     for prompt, answer in zip(prompts, answers, strict=True):
-        ids, spans = answer_span_mask(tokenizer, prompt, answer)
-        examples.append(Example(ids[:sequence_length], spans[:sequence_length]))
+        examples.append(Example(*answer_span_mask(tokenizer, prompt, answer, sequence_length)))
     return examples
 
 
