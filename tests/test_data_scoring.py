@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from tests.scoring_reference import RowScorer, check_same, score_rows
 from workflow_scripts.cli import UserInputError
 from workflow_scripts.data import scoring
 from workflow_scripts.data.scoring import ScoringConfig
@@ -200,80 +201,76 @@ def test_score_frame_sums_components_minus_penalties(config: ScoringConfig) -> N
     np.testing.assert_allclose(scored["score"], parts - 100.0 * scored["n_penalties"])
 
 
-# The fast paths must give exactly the numbers of the plain RE2 formulation they replace.
-FENCE_CASES = (
-    "```a```\n```b```",
-    "````",
-    "`````",
-    "``````",
-    "```````x```",
-    "`` ` ```x``` ``",
-    "é```ü```ß",
-    "",
-    "no ticks",
-    "```",
-)
+# Every component and penalty against the plain-Python reference scorer, on rows built to sit on
+# the edges of each pattern.
+PIECES = [
+    "```", "``", "`", "def", "if", "#include", "return", "printer", "\\frac", "$", "^{", "_{", "7", "42",
+    "- ", "* ", "# ", "1. ", "Step", "Steps", "\n", "\n  ", "\t", " ", "é", "🙂", "\u00a0", "\u2003",
+    "!" * 9, "?" * 8, "=" * 16, "As an AI ", "LANGUAGE model", "<|im_end|>", "word", "word ", "x y ",
+]  # fmt: skip
+
+
+def edge_rows(count: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+
+    def piece_text(low: int, high: int) -> str:
+        return "".join(rng.choice(PIECES, size=rng.integers(low, high)))
+
+    def tag(text: str, probability: float) -> str:
+        return text if rng.random() < probability else ""
+
+    def answer() -> str:
+        reasoning = tag(piece_text(0, 30) + tag("</think>", 0.2) + "</think>", 0.5)
+        return tag("<think>", 0.3) + reasoning + piece_text(0, 400) + tag("<think>", 0.05)
+
+    return pd.DataFrame(
+        {
+            "row_id": np.arange(count, dtype=np.int64),
+            "source_id": [f"s{i}" for i in range(count)],
+            "prompt_raw": [piece_text(0, 30) + tag("</think>", 0.03) for _ in range(count)],
+            "answer_raw": [answer() for _ in range(count)],
+            "has_assistant": rng.random(count) > 0.05,
+        }
+    )
+
+
+@pytest.mark.parametrize("domain", scoring.DOMAINS)
+def test_score_frame_equals_the_python_reference(config: ScoringConfig, domain: str) -> None:
+    source = edge_rows(1500, seed=len(domain))
+    scored = scoring.score_frame(source, domain, config)
+    reference = score_rows(source, RowScorer(config, domain))
+    check_same(scored, reference)
+    for column in ("c_structure", "c_numeric_density", "c_min_words", "p_punctuation_run", "p_reasoning_tag"):
+        assert scored[column].nunique() > 1  # each edge is exercised both ways
+
+
+def test_counts_follow_plain_regex_semantics(config: ScoringConfig) -> None:
+    """Matches are non-overlapping and each sees its left neighbour: no restart at a match's end."""
+    answers = text("- - x\n- y", "if#include def", "`````` ```")
+    np.testing.assert_allclose(scoring.structure_markers(answers, scoring.Capped(1.0, 99)), [2, 0, 0])
+    keywords = scoring.CappedTerms(1.0, 99, ("if", "def", "#include"))
+    np.testing.assert_allclose(scoring.code_keywords(answers, keywords), [0, 2, 0])
+    np.testing.assert_allclose(scoring.code_fences(answers, scoring.Capped(1.0, 99)), [0, 0, 1])
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda values: pa.chunked_array([pa.array(values, pa.string())]),
         lambda values: pa.chunked_array([pa.array(values[:3]), pa.array(values[3:])]),  # several chunks
         lambda values: pa.array(["pad"] + values, pa.string()).slice(1),  # a sliced array
-        lambda values: pa.array(values + [None], pa.string()),  # nulls: RE2 fallback
-        lambda values: pa.array(values, pa.large_string()),  # not plain string: RE2 fallback
+        lambda values: pa.array(values, pa.large_string()),
     ],
 )
-def test_fenced_blocks_fast_path_equals_regex(make) -> None:
-    answers = make(list(FENCE_CASES))
-    np.testing.assert_array_equal(
-        scoring.count_fenced_blocks(answers), scoring.count_matches(answers, scoring.FENCED_BLOCK)
-    )
+def test_components_do_not_depend_on_the_arrow_layout(config: ScoringConfig, make) -> None:
+    values = ["```a``` def 12", "- x\n# y", "", "\\frac $ $", "word " * 90, "!" * 20]
+    expected = scoring.components(text(*values), text(*values), "code", config)
+    got = scoring.components(make(values), make(values), "code", config)
+    pd.testing.assert_frame_equal(got, expected)
 
 
-def test_fenced_blocks_random_text_equals_regex() -> None:
-    rng = np.random.default_rng(0)
-    pieces = np.array(["`", "``", "```", "a", "\n", "é", " "])
-    values = ["".join(rng.choice(pieces, size=rng.integers(0, 40))) for _ in range(2000)]
-    answers = text(*values)
-    np.testing.assert_array_equal(
-        scoring.count_fenced_blocks(answers), scoring.count_matches(answers, scoring.FENCED_BLOCK)
-    )
-
-
-@pytest.mark.parametrize(
-    "values",
-    [
-        ["<think>a</think> b ", "x</think>y</think>\n z", "no tag", "<think>open", "", " \u2003 pad \u2003"],
-        ["</think>", "</think></think>", "a</think", "\u00a0</think>\u00a0", "</think>é"],
-    ],
-)
-def test_final_answers_equal_final_completion(values: list[str]) -> None:
-    from workflow_scripts.data.completions import final_completion
-
-    raw = pa.chunked_array([pa.array(values[:2]), pa.array(values[2:])])
-    assert scoring.final_answers(raw, "</think>").equals(final_completion(raw, "</think>"))
-    with_null = pa.chunked_array([pa.array(values + [None])])
-    assert scoring.final_answers(with_null, "</think>").equals(final_completion(with_null, "</think>"))
-
-
-def test_text_penalties_union_pass_equals_separate_checks(config: ScoringConfig) -> None:
-    from workflow_scripts.data.completions import has_reasoning_tag
-
-    rng = np.random.default_rng(1)
-    pieces = np.array(["!" * 8, "?" * 9, "a", " ", "As an AI ", "language model", "<think>", "</think>", "é"])
-    values = ["".join(rng.choice(pieces, size=rng.integers(0, 12))) for _ in range(3000)]
-    prompts, answers = text(*values[::-1]), text(*values)
-    flags = scoring.penalties(prompts, answers, np.ones(len(values), dtype=bool), config)
-    tags = (config.reasoning_channel.open_tag, config.reasoning_channel.close_tag)
-    phrases = scoring.terms_pattern(config.penalties.degenerate_phrases, word_boundaries=False)
-    punctuation = scoring.punctuation_run_pattern(config.penalties.punctuation_run)
-    expected = {
-        "p_reasoning_tag": has_reasoning_tag(prompts, tags) | has_reasoning_tag(answers, tags),
-        "p_punctuation_run": scoring._any_match((prompts, answers), punctuation),
-        "p_degenerate_phrase": scoring._any_match((prompts, answers), phrases, ignore_case=True),
-    }
-    for column, values_expected in expected.items():
-        assert 0 < values_expected.sum() < len(values)  # the case is exercised both ways
-        np.testing.assert_array_equal(flags[column].to_numpy(), values_expected)
+def test_missing_texts_count_as_empty(config: ScoringConfig) -> None:
+    answers = pa.array(["def x", None], pa.string())
+    parts = scoring.components(answers, answers, "code", config)
+    assert parts.loc[1, ["c_code_keywords", "c_numeric_density", "c_structure", "c_min_words"]].eq(0).all()
+    flags = scoring.penalties(answers, answers, np.array([True, True]), config)
+    assert flags["p_empty"].tolist() == [False, True]

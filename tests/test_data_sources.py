@@ -135,7 +135,7 @@ def test_final_completion_rules() -> None:
             "dropped opening</think>answer",  # closing tag only
         ]
     )
-    final = final_completion(answers).to_pylist()
+    final = final_completion(answers).to_list()
     assert final == ["final", "c", "no channel at all", "<think>never closed", "y <think>z", "", "answer"]
     flags = has_reasoning_tag(pa.chunked_array([final]), ("<think>", "</think>"))
     assert flags.tolist() == [False, False, False, True, True, False, False]

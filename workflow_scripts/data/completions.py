@@ -2,7 +2,7 @@
 
 The corpora hold (prompt, final completion) pairs only (Section 4 and F.2), so
 the reasoning channel ``<think>...</think>`` that the source answers carry is
-removed here. The rules, applied to every row at once with RE2 kernels:
+removed here. The rules, applied to every row at once with polars string kernels:
 
 1. An answer that contains the closing tag keeps only the text after its LAST
    closing tag. Taking the last one (not the first) means a second reasoning
@@ -18,27 +18,31 @@ removed here. The rules, applied to every row at once with RE2 kernels:
    ``<think>`` after the last ``</think>``) or anywhere in the prompt flags the
    row the same way: such a row "retains a reasoning-channel tag" (F.2).
 
-Leading and trailing whitespace of prompts and completions is stripped, so an
-answer that is only a reasoning channel becomes empty (the ``empty`` penalty).
+Leading and trailing whitespace (Unicode White_Space) of prompts and completions is
+stripped, so an answer that is only a reasoning channel becomes empty (the ``empty`` penalty).
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
+import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
+
+Text = pa.Array | pa.ChunkedArray | pl.Series
 
 
-def final_completion(answer: pa.Array | pa.ChunkedArray, close_tag: str = "</think>") -> pa.ChunkedArray:
+def series(text: Text) -> pl.Series:
+    """``text`` as a polars string Series (Arrow data is wrapped without copying the characters)."""
+    return text if isinstance(text, pl.Series) else pl.Series(pl.from_arrow(text))
+
+
+def final_completion(answer: Text, close_tag: str = "</think>") -> pl.Series:
     """Text after the last ``close_tag`` (the whole answer when there is none), whitespace-stripped."""
-    # Greedy ``.*`` under (?s) runs to the last occurrence of the closing tag.
-    cut = pc.utf8_trim_whitespace(pc.replace_substring_regex(answer, f"(?s)^.*{re.escape(close_tag)}", ""))
-    return pa.chunked_array([cut]) if isinstance(cut, pa.Array) else cut
+    return series(answer).str.split(close_tag).list.last().str.strip_chars()
 
 
-def has_reasoning_tag(text: pa.Array | pa.ChunkedArray, tags: tuple[str, ...]) -> np.ndarray:
+def has_reasoning_tag(text: Text, tags: tuple[str, ...]) -> np.ndarray:
     """Whether each text contains any of ``tags`` (exact, case-sensitive, as rendered by the source)."""
-    pattern = "|".join(re.escape(tag) for tag in tags)
-    return pc.fill_null(pc.match_substring_regex(text, pattern), False).to_numpy(zero_copy_only=False)
+    texts = series(text)
+    found = [texts.str.contains(tag, literal=True).fill_null(False).to_numpy() for tag in tags if tag]
+    return np.logical_or.reduce(found) if found else np.zeros(len(texts), dtype=bool)

@@ -12,11 +12,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
 from workflow_scripts.cli import UserInputError
 from workflow_scripts.data.config import build
-from workflow_scripts.data.scoring import DOMAINS, FENCED_BLOCK, char_length
+from workflow_scripts.data.scoring import DOMAINS, FENCED_BLOCK, char_length, contains
 from workflow_scripts.data.sources import text_column
 
 FILTERS = ("none", "fenced_code", "no_fenced_code")
@@ -65,8 +64,7 @@ def passes_filter(answer: pd.Series, name: str) -> np.ndarray:
     both its opening and closing ```. ``no_fenced_code`` is its complement (e.g. a general pool)."""
     if name == "none":
         return np.ones(len(answer), dtype=bool)
-    hits = pc.fill_null(pc.match_substring_regex(text_column(answer), FENCED_BLOCK), False)
-    fenced = hits.to_numpy(zero_copy_only=False)
+    fenced = contains(text_column(answer), FENCED_BLOCK)
     return fenced if name == "fenced_code" else ~fenced
 
 

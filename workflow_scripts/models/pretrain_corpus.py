@@ -31,7 +31,7 @@ def synthetic_rows(rows_per_subset: Mapping[str, int], seed: int) -> pd.DataFram
             path = Path(tmp) / f"{subset}.parquet"
             pq.write_table(table, path)
             source = read_source(path, "glm_sharegpt")
-            answers = final_completion(pa.array(source["answer_raw"].tolist(), pa.string())).to_pylist()
+            answers = final_completion(pa.array(source["answer_raw"].tolist(), pa.string())).to_list()
             domains = table.column("domain").to_pylist()
             frames.append(
                 pd.DataFrame({"prompt": source["prompt_raw"], "answer": answers, "domain": domains})
