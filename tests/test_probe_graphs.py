@@ -6,6 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from tests.coactivation_reference import naive_coactivation
 from workflow_scripts.probe.communities import canonical_labels, leiden, louvain, modularity
 from workflow_scripts.probe.graphs import (
     coactivation,
@@ -21,16 +22,6 @@ def random_topk(rng: np.random.Generator, shape: tuple[int, ...], num_experts: i
     """(..., N, k) distinct expert ids with a skewed popularity so weights vary."""
     scores = rng.random((*shape, num_experts)) * np.linspace(0.2, 1.0, num_experts)
     return np.argsort(-scores, axis=-1)[..., :k]
-
-
-def naive_coactivation(topk: np.ndarray, num_experts: int) -> np.ndarray:
-    w = np.zeros((num_experts, num_experts))
-    for row in topk:
-        for i in row:
-            for j in row:
-                if i != j:
-                    w[i, j] += 1
-    return w / len(topk)
 
 
 @pytest.mark.parametrize(("n_tokens", "num_experts", "k"), [(500, 64, 6), (300, 16, 2), (1, 8, 8)])
