@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.coactivation_reference import naive_coactivation
 from tests.conftest import load_config
 from workflow_scripts.atomic import write_json
 from workflow_scripts.priors.compute import prior_meta
@@ -120,17 +121,6 @@ def _load_topk(root: Path, run: str, layer: int) -> np.ndarray:
         return data["topk"][layer].astype(np.int64)
 
 
-def _eq1(topk: np.ndarray, experts: int) -> np.ndarray:
-    """Eq. (1) by counting pairs token by token: an independent reference for the Gram-product version."""
-    w = np.zeros((experts, experts))
-    for row in topk:
-        for a in row:
-            for b in row:
-                if a != b:
-                    w[a, b] += 1
-    return w / topk.shape[0]
-
-
 def _matrix(rows: pd.DataFrame, shape: tuple[int, int]) -> np.ndarray:
     """The array behind figure 1's (i, j, value) rows."""
     matrix = np.full(shape, np.nan)
@@ -179,7 +169,7 @@ def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tre
         assert np.flatnonzero(row).tolist() == sorted(topk[t].tolist())
     assert len(base[base["part"] == "coactivation"]) == experts * experts
     w = _matrix(base[base["part"] == "coactivation"], (experts, experts))
-    assert np.allclose(w, _eq1(topk, experts))
+    assert np.allclose(w, naive_coactivation(topk, experts))
     edges = base[base["part"] == "edge"]
     assert len(edges) == num_kept_edges(experts, config["probe"]["edge_fraction"])
     iu = np.triu_indices(experts, k=1)
@@ -212,7 +202,7 @@ def test_heatmaps_order_experts_by_base_community(config, routes_tree):
         assert np.all(np.diff(labels[order]) >= 0)  # communities are contiguous blocks
         assert diagonal["community_i"].tolist() == labels[order].tolist()
         run = BASE if condition == BASE else f"{condition}/s42"
-        w = _eq1(_load_topk(routes_tree, run, layer), experts)
+        w = naive_coactivation(_load_topk(routes_tree, run, layer), experts)
         matrix = np.zeros((experts, experts))
         matrix[rows["row"], rows["col"]] = rows["weight"]
         assert np.allclose(matrix, w[np.ix_(order, order)])

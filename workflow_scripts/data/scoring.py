@@ -12,7 +12,7 @@ penalties into boolean ``p_*`` columns. Lengths are counted in characters
 
 Patterns are written for that engine and mean what Python's ``re`` with
 ``re.ASCII`` means: word boundaries ``(?-u:\b)`` and digits ``[0-9]`` are ASCII,
-as in the reference scorer of ``benchmarks/bench_scoring.py`` that checks them.
+as in the per-row reference scorer (``tests/scoring_reference.py``) that checks them.
 
 Speed (benchmarks/bench_scoring.py): the engine's literal prefilters make most
 passes cost a fraction of a full scan; the one pattern anchored at line starts,
@@ -41,7 +41,7 @@ FENCED_BLOCK = r"(?s)```.*?```"
 # a numbered item (1.) or "Step".
 LINE_MARKER = r"[ \t]*(?:#+[ \t]|[-*][ \t]|[0-9]+\.[ \t]|Step(?-u:\b))"
 STRUCTURE_LINE = rf"(?m)^{LINE_MARKER}"  # what structure_markers counts
-WORD_BOUNDARY, NOT_WORD_BOUNDARY = r"(?-u:\b)", r"(?-u:\B)"  # ASCII, as RE2 and re.ASCII
+WORD_BOUNDARY, NOT_WORD_BOUNDARY = r"(?-u:\b)", r"(?-u:\B)"  # ASCII, as re.ASCII
 # Words for min_words are runs of anything but ASCII whitespace (space, tab, newline, form feed, CR).
 SPACE, NON_SPACE = r"[ \t\n\f\r]", r"[^ \t\n\f\r]"
 MAX_MIN_WORDS = 1000  # min_words.words: the bounded repetition compiles to that many copies
