@@ -30,7 +30,6 @@ since whichever runs first after a switch was measured up to 15% slower.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -46,21 +45,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from single_core import CLOCKS, add_clock_arguments  # noqa: E402
+from toy_models import add_model_arguments, architectures, toy_spec  # noqa: E402
 
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
-from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
+from workflow_scripts.models.toy import build_toy_model  # noqa: E402
 from workflow_scripts.priors.compute import compute_prior  # noqa: E402
-from workflow_scripts.registry import load_config, toy_model_sizes  # noqa: E402
+from workflow_scripts.registry import load_config  # noqa: E402
 from workflow_scripts.train.batches import MicroBatch, collate, encode_rows  # noqa: E402
 
 GOAL = 1.1
-
-
-def toy_spec(config: dict[str, Any], architecture: str, overrides: dict[str, Any]) -> ToyModelSpec:
-    """The toy spec of the registry model of ``architecture``, as the toy base rule builds it."""
-    model = next(m for m in config["models"].values() if m["architecture"] == architecture)
-    return ToyModelSpec.from_dict({**toy_model_sizes(model), **overrides})
 
 
 def same_batches(
@@ -114,12 +108,7 @@ def timed(fn: Callable[[], object]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--architecture", choices=(*ARCHITECTURES, "all"), default="all", help="router family (default all)"
-    )
-    parser.add_argument(
-        "--spec", type=json.loads, default={}, help="ToyModelSpec fields overriding the toy sizes (JSON)"
-    )
+    add_model_arguments(parser)
     parser.add_argument("--rows", type=int, default=128, help="rows in the pass (toy train splits: 64)")
     parser.add_argument("--batch-size", type=int, help="rows per forward (default: toy prior.batch_size)")
     parser.add_argument(
@@ -141,11 +130,10 @@ def main() -> None:
     print(f"torch threads={torch.get_num_threads()}; {len(rows)} rows, {tokens} tokens (<= {max_length}/row)")
     print(f"{len(batches)} batches of <= {batch_size} rows; {args.repeats} interleaved passes of each kind")
 
-    architectures = ARCHITECTURES if args.architecture == "all" else (args.architecture,)
     verdicts = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "prior.npy"
-        for architecture in architectures:
+        for architecture in architectures(args.architecture):
             spec = toy_spec(config, architecture, args.spec)
             model = build_toy_model(architecture, spec, tokenizer, seed=0).eval()
             kinds = passes(model, tokenizer, rows, batches, batch_size, max_length, out)

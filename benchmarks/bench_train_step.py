@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import dataclasses
 import io
-import json
 import statistics
 import sys
 import time
@@ -42,11 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from single_core import CLOCKS, add_clock_arguments  # noqa: E402
+from toy_models import add_model_arguments, architectures, toy_spec  # noqa: E402
 
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
-from workflow_scripts.models.toy import ARCHITECTURES, ToyModelSpec, build_toy_model  # noqa: E402
-from workflow_scripts.registry import load_config, toy_model_sizes  # noqa: E402
+from workflow_scripts.models.toy import ToyModelSpec, build_toy_model  # noqa: E402
+from workflow_scripts.registry import load_config  # noqa: E402
 from workflow_scripts.train.batches import Example, encode_rows  # noqa: E402
 from workflow_scripts.train.cli import train_config  # noqa: E402
 from workflow_scripts.train.loop import TrainConfig, train  # noqa: E402
@@ -54,12 +54,6 @@ from workflow_scripts.train.objective import Objective  # noqa: E402
 
 GOAL = 1.05
 CONTROL = "sft (control)"
-
-
-def toy_spec(config: dict[str, Any], architecture: str, overrides: dict[str, Any]) -> ToyModelSpec:
-    """The toy spec of the registry model of ``architecture``, as the toy base rule builds it."""
-    model = next(m for m in config["models"].values() if m["architecture"] == architecture)
-    return ToyModelSpec.from_dict({**toy_model_sizes(model), **overrides})
 
 
 def one_per_intervention(conditions: dict[str, Any]) -> dict[str, list[str]]:
@@ -128,12 +122,7 @@ def summary(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--architecture", choices=(*ARCHITECTURES, "all"), default="all", help="router family (default all)"
-    )
-    parser.add_argument(
-        "--spec", type=json.loads, default={}, help="ToyModelSpec fields overriding the toy sizes (JSON)"
-    )
+    add_model_arguments(parser)
     parser.add_argument("--rows", type=int, default=64, help="training rows (toy corpora: 64)")
     parser.add_argument(
         "--sequence-length", type=int, help="tokens kept per row (default: toy training.sequence_length)"
@@ -188,9 +177,8 @@ def main() -> None:
     for name, members in groups.items():
         print(f"  {name:<10} {objectives[name].intervention:<15} stands for {', '.join(members)}")
 
-    architectures = ARCHITECTURES if args.architecture == "all" else (args.architecture,)
     verdicts = []
-    for architecture in architectures:
+    for architecture in architectures(args.architecture):
         spec = toy_spec(config, architecture, args.spec)
         rng = np.random.default_rng(0)
         prior = rng.dirichlet(np.ones(spec.num_experts), size=(len(examples), 2, spec.num_moe_layers))
