@@ -20,7 +20,9 @@ counterpart) are means over MoE layers, like Router-L2's ``mean_l`` of eq. (5).
 
 * ``load_balancing`` (coefficient): ``routing.core.load_balancing_loss`` on the router
   probabilities (softmax of the logits; for the sigmoid router of deepseek_v3 the sigmoid
-  scores normalised over experts, as Megatron does) and the experts actually selected.
+  scores normalised over experts) and their plain top-k, as Megatron-Core counts it
+  (``compute_routing_scores_for_aux_loss``: no expert bias, no group limit), so the two
+  backends give the same loss even where the correction bias changes the selection.
 * ``kl_base`` / ``logit_l2`` (coefficient): against the RAW prior rows of each token's
   span; tokens without a span are left out.
 * ``z_loss`` (coefficient).
@@ -182,8 +184,9 @@ class Objective:
         for layer, (z, chosen) in enumerate(zip(logits, indices, strict=True)):
             if "load_balancing" in per_layer:
                 probs = router_probabilities(architecture, z)
+                counted = probs.topk(chosen.shape[-1], dim=-1).indices  # Megatron's unbiased top-k
                 per_layer["load_balancing"].append(
-                    core.load_balancing_loss(probs, chosen, z.shape[-1], chosen.shape[-1], token_mask)
+                    core.load_balancing_loss(probs, counted, z.shape[-1], chosen.shape[-1], token_mask)
                 )
             if "kl_base" in per_layer or "logit_l2" in per_layer:
                 if prior_rows is None:

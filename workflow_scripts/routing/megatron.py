@@ -1,0 +1,378 @@
+"""Router Prior Bias inside Megatron-Core: a ``TopKRouter`` subclass that overrides ``routing()`` only.
+
+The cluster backend of the router interventions of §3 of the paper. The math lives in
+``workflow_scripts.routing.core``; this module only knows Megatron-Core's router: its token
+layout, its score functions (reused through ``topk_routing_with_score_function``), and its
+auxiliary-loss mechanism (``TopKRouter.attach_and_log_load_balancing_loss``, which scales a
+loss for micro-batches, data parallelism and per-token loss and logs it per layer).
+
+Install: ``install(model_chunks, context)`` swaps the ``__class__`` of every built
+``TopKRouter`` to ``PriorBiasedRouter`` (a pre-wrap hook of Megatron-Bridge calls it), so
+parameters, buffers, state-dict keys, checkpoints and the HF export are those of the stock
+router. A custom ``forward_step`` refills the shared ``MegatronRoutingContext`` per
+micro-batch. Without a batch in the context every router routes exactly as stock.
+
+Token layout: the router sees ``(S_local, B, H)`` hidden states, sequence-first and, under
+sequence parallelism, the ``S / TP`` slice of tensor-parallel rank ``r``; it flattens them
+to ``N = S_local * B`` rows, row ``s * B + b``. The context holds span ids already sliced to
+``(S_local, B)`` (``sequence_parallel_slice``) and gathers per-token rows in that order.
+
+Losses: KL-to-base and centred logit-L2 are means over a micro-batch's span tokens and over
+MoE layers (the local backend's ``Objective.data_terms``). Each router attaches
+``coefficient / L * loss_l`` like Megatron's own load-balancing loss; under sequence
+parallelism a rank holds ``sum over its span tokens / span tokens of the whole sequence``,
+and the tensor-parallel all-reduce of the router's gradient (the weight is marked
+``sequence_parallel``) sums the ranks' parts into the gradient of the mean.
+Load balancing and z-loss stay Megatron's own (``moe_router_load_balancing_type``,
+``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder).
+Router-L2 acts on the optimizer's fp32 main parameters (``RouterAnchor``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
+from megatron.core.transformer.moe.router import TopKRouter
+from torch import Tensor, nn
+
+from workflow_scripts.routing.core import (
+    DEFAULT_CLIP_C,
+    DEFAULT_CLIP_EPS,
+    centered_logit_l2,
+    clipped_log_prior,
+    hard_topk_from_prior,
+    kl_to_base,
+    prior_to_bias,
+    router_l2,
+    soft_bias_logits,
+    span_bias_per_token,
+)
+
+__all__ = [
+    "MODES",
+    "MegatronRoutingContext",
+    "PriorBiasedRouter",
+    "RouterAnchor",
+    "find_routers",
+    "install",
+    "sequence_parallel_slice",
+]
+
+MODES = (None, "soft", "hard")
+
+
+def sequence_parallel_slice(span_ids: Tensor, rank: int, world: int) -> Tensor:
+    """The ``(S / world, B)`` span ids that tensor-parallel rank ``rank`` routes, from ``(B, S)``.
+
+    Megatron's sequence parallelism scatters the sequence axis of ``(S, B, H)`` activations
+    into ``world`` contiguous chunks, chunk ``r`` on rank ``r``; the router flattens its
+    chunk sequence-first. ``world = 1`` returns the whole ``(S, B)`` transpose.
+    """
+    batch, seq = span_ids.shape
+    if seq % world:
+        raise ValueError(f"sequence length {seq} is not divisible by the tensor-parallel size {world}")
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} outside a tensor-parallel group of {world}")
+    chunk = seq // world
+    return span_ids[:, rank * chunk : (rank + 1) * chunk].transpose(0, 1).contiguous()  # (S_local, B)
+
+
+@dataclass
+class MegatronRoutingContext:
+    """What the routers apply in the current micro-batch; one object shared by every router.
+
+    Attributes:
+        mode: ``"soft"`` (eq. (4)), ``"hard"`` (RPB-hard) or ``None`` (stock selection; the
+            prior then only feeds ``kl_base`` / ``logit_l2``).
+        beta: soft-mode strength.
+        bias_in_gate_weights: soft mode: gate weights from ``z'`` (true) or from ``z``.
+        kl_base, logit_l2: coefficients of the §3.3 losses (0: absent).
+        num_moe_layers: ``L``, the number of MoE layers the losses are averaged over.
+        clip_eps, clip_c: the prior clipping of eq. (3).
+    """
+
+    mode: str | None = None
+    beta: float = 0.0
+    bias_in_gate_weights: bool = True
+    kl_base: float = 0.0
+    logit_l2: float = 0.0
+    num_moe_layers: int = 1
+    clip_eps: float = DEFAULT_CLIP_EPS
+    clip_c: float = DEFAULT_CLIP_C
+    _prior: Tensor | None = field(default=None, repr=False)  # (B, 2, L, E) raw pi
+    _rows: Tensor | None = field(default=None, repr=False)  # (B, 2, L, E) b (soft) or log c (hard)
+    _span_ids: Tensor | None = field(default=None, repr=False)  # (S_local, B)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+
+    @property
+    def clip(self) -> tuple[float, float]:
+        return self.clip_eps, self.clip_c
+
+    @property
+    def needs_prior(self) -> bool:
+        return self.mode is not None or bool(self.kl_base or self.logit_l2)
+
+    @property
+    def active(self) -> bool:
+        """Whether the routers do anything beyond stock routing in this micro-batch."""
+        return self._span_ids is not None and self.needs_prior
+
+    def set_batch(self, prior: Tensor | None, local_span_ids: Tensor | None) -> None:
+        """Install a micro-batch: raw prior rows ``(B, 2, L, E)`` and local span ids ``(S_local, B)``.
+
+        ``None`` for both clears the context (every router routes as stock).
+        """
+        if prior is None or local_span_ids is None:
+            if (prior is None) != (local_span_ids is None):
+                raise ValueError("prior rows and span ids go together")
+            self._prior = self._rows = self._span_ids = None
+            return
+        if prior.dim() != 4 or prior.shape[1] != 2 or prior.shape[2] != self.num_moe_layers:
+            raise ValueError(
+                f"prior rows must have shape (B, 2, L={self.num_moe_layers}, E), got {tuple(prior.shape)}"
+            )
+        if local_span_ids.dim() != 2 or local_span_ids.shape[1] != prior.shape[0]:
+            raise ValueError(
+                f"span ids must have shape (S_local, B={prior.shape[0]}), got {tuple(local_span_ids.shape)}"
+            )
+        self._prior = prior
+        self._span_ids = local_span_ids.long()
+        if self.mode == "soft":
+            self._rows = prior_to_bias(prior, self.clip_eps, self.clip_c)
+        elif self.mode == "hard":
+            self._rows = clipped_log_prior(prior, self.clip_eps, self.clip_c)
+        else:
+            self._rows = None
+
+    def token_rows(self, table: Tensor, layer: int, num_tokens: int, device: torch.device) -> Tensor:
+        """Per-token ``(N, E)`` rows of ``table`` for MoE layer ``layer`` in router order (0 off-span)."""
+        spans = self._span_ids
+        assert spans is not None
+        seq, batch = spans.shape
+        if seq * batch != num_tokens:
+            raise ValueError(
+                f"MoE layer {layer}: the router sees {num_tokens} tokens but the routing context holds "
+                f"span ids for S_local*B = {seq}*{batch}; the forward_step must set this micro-batch"
+            )
+        rows = span_bias_per_token(table[:, :, layer, :].to(device), spans.transpose(0, 1).to(device))
+        return rows.transpose(0, 1).reshape(num_tokens, -1)  # (B, S, E) -> (S, B, E) -> (N, E)
+
+    def span_mask(self, device: torch.device) -> Tensor:
+        assert self._span_ids is not None
+        return (self._span_ids >= 0).reshape(-1).to(device)  # (N,), row s*B + b
+
+
+class PriorBiasedRouter(TopKRouter):
+    """``TopKRouter`` whose ``routing()`` applies the micro-batch's prior; never constructed directly.
+
+    ``install`` sets ``rpb_context`` (the shared context) and ``rpb_layer`` (this router's
+    position on the prior's ``L`` axis) on every swapped router.
+    """
+
+    rpb_context: MegatronRoutingContext
+    rpb_layer: int
+
+    def routing(self, logits: Tensor, padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        context = self.rpb_context
+        if not context.active:
+            return super().routing(logits, padding_mask)
+        if context.mode is None:
+            probs, routing_map = super().routing(logits, padding_mask)
+            z = logits.reshape(-1, self.config.num_moe_experts)
+        else:
+            self._check_unbalanced()
+            z = logits.reshape(-1, self.config.num_moe_experts)  # (N, E), row s*B + b
+            flat_padding = padding_mask.reshape(-1) if padding_mask is not None else None
+            z = self.apply_z_loss(z, padding_mask=flat_padding)
+            indices, weight_logits = self._prior_selection(z, context)
+            probs, routing_map = self._score(weight_logits, precomputed_indices=indices)
+            self._apply_expert_bias(routing_map, padding_mask=flat_padding)
+        return self._attach_prior_losses(probs, z, context, padding_mask), routing_map
+
+    def _score(self, logits: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
+        """Megatron's own score function, group-limited top-k, normalisation and scaling."""
+        return topk_routing_with_score_function(
+            logits,
+            self.topk,
+            use_pre_softmax=self.config.moe_router_pre_softmax,
+            num_groups=self.config.moe_router_num_groups,
+            group_topk=self.config.moe_router_group_topk,
+            scaling_factor=self.config.moe_router_topk_scaling_factor,
+            score_function=self.score_function,
+            expert_bias=self.expert_bias,
+            fused=False,
+            **kwargs,
+        )
+
+    def _prior_selection(self, z: Tensor, context: MegatronRoutingContext) -> tuple[Tensor, Tensor]:
+        """``(indices (N, k), logits the gate weights come from)`` under the soft or hard prior."""
+        assert context._rows is not None
+        rows = context.token_rows(context._rows, self.rpb_layer, z.shape[0], z.device)  # (N, E)
+        if context.mode == "soft":
+            biased = soft_bias_logits(z, rows, context.beta)  # (N, E), z'
+            indices = self._score(biased, dense_output=True)[1]
+            return indices, biased if context.bias_in_gate_weights else z
+        span = context.span_mask(z.device)
+        prior_indices = hard_topk_from_prior(rows, z.float(), self.topk, False)[1]  # (N, k)
+        stock_indices = self._score(z, dense_output=True)[1]
+        return torch.where(span.unsqueeze(-1), prior_indices, stock_indices), z
+
+    def _attach_prior_losses(
+        self, probs: Tensor, z: Tensor, context: MegatronRoutingContext, padding_mask: Tensor | None
+    ) -> Tensor:
+        """Attach ``coefficient / L`` times KL-to-base and logit-L2 of this layer to ``probs``.
+
+        Scaled for micro-batches, data parallelism and per-token loss exactly as Megatron scales
+        its load-balancing loss (``padding_mask``: true on padding, Megatron's convention).
+        """
+        if not (self.training and torch.is_grad_enabled()) or not (context.kl_base or context.logit_l2):
+            return probs
+        assert context._prior is not None
+        prior = context.token_rows(context._prior, self.rpb_layer, z.shape[0], z.device)  # (N, E)
+        span = context.span_mask(z.device)
+        share = self._local_share(span)
+        valid = None if padding_mask is None else (~padding_mask.reshape(-1).bool()).sum()
+        terms = (
+            ("kl_to_base", context.kl_base, lambda: kl_to_base(prior, z, span)),
+            ("logit_l2", context.logit_l2, lambda: centered_logit_l2(z, prior, span, *context.clip)),
+        )
+        for name, coefficient, loss in terms:
+            if coefficient:
+                weight = coefficient / context.num_moe_layers
+                probs = self.attach_and_log_load_balancing_loss(
+                    probs, weight, weight * loss() * share, name, self.tp_cp_group, valid_token_count=valid
+                )
+        return probs
+
+    def _local_share(self, span: Tensor) -> Tensor:
+        """This rank's span tokens over the sequence's, when sequence parallelism splits the tokens."""
+        local = span.sum().float()
+        if not getattr(self.weight, "sequence_parallel", False) or self.tp_cp_group.size() == 1:
+            return torch.ones((), device=span.device)
+        total = local.clone()
+        dist.all_reduce(total, group=self.tp_cp_group)
+        return local / total.clamp(min=1.0)
+
+    def _check_unbalanced(self) -> None:
+        if self.is_aux_loss_enabled():
+            raise RuntimeError(
+                "RPB runs carry no load-balancing loss (Appendix F.6), but this router has "
+                f"moe_router_load_balancing_type={self.routing_type!r}, moe_aux_loss_coeff="
+                f"{self.config.moe_aux_loss_coeff!r}"
+            )
+        if self.config.moe_expert_capacity_factor is not None:
+            raise RuntimeError("the prior-biased router does not support token dropping (capacity factor)")
+
+
+def find_routers(model_chunks: Iterable[nn.Module]) -> list[TopKRouter]:
+    """Every ``TopKRouter`` of the model in MoE-layer order (by ``layer_number``), MTP layers excluded."""
+    routers = [
+        module
+        for chunk in model_chunks
+        for module in chunk.modules()
+        if isinstance(module, TopKRouter) and not module.is_mtp_layer
+    ]
+    if not routers:
+        raise TypeError("the model has no Megatron-Core TopKRouter (is it a MoE model?)")
+    numbers = [router.layer_number for router in routers]
+    if None in numbers or len(set(numbers)) != len(numbers):
+        raise ValueError(f"routers without distinct layer numbers: {numbers}")
+    return sorted(routers, key=lambda router: router.layer_number)
+
+
+def install(model_chunks: Sequence[nn.Module], context: MegatronRoutingContext) -> list[PriorBiasedRouter]:
+    """Swap every built router's class to ``PriorBiasedRouter`` and share ``context`` among them.
+
+    Raises ``ValueError`` when the prior's ``L`` axis (``context.num_moe_layers``) does not
+    match the model's MoE layers, e.g. a pipeline-parallel rank holding only some layers.
+    """
+    routers = find_routers(model_chunks)
+    if len(routers) != context.num_moe_layers:
+        raise ValueError(
+            f"the model has {len(routers)} MoE routers on this rank but the prior has L = "
+            f"{context.num_moe_layers} layers (pipeline parallelism must be 1)"
+        )
+    for position, router in enumerate(routers):
+        router.__class__ = PriorBiasedRouter
+        router.rpb_context = context
+        router.rpb_layer = position
+    return routers  # type: ignore[return-value]
+
+
+class RouterAnchor:
+    """Router-L2 (eq. (5)) on the optimizer's fp32 main parameters against frozen base weights.
+
+    ``lambda * mean_l ||W_l - W_l^base||^2`` enters through its gradient, added to each
+    router's fp32 main gradient after the optimizer has gathered the gradients and before
+    it clips them (``wrap_prepare_grads``), so clipping sees it as the local backend does.
+    The gradient comes from ``routing.core.router_l2`` by autograd on the fp32 main values,
+    never on bf16 model weights (they would quantise the small ``W - W_base``). With
+    Megatron's distributed optimizer a rank holds a flat shard of a weight
+    (``shard_range``); the penalty is a sum over elements, so shards add up exactly.
+
+    The base weights are the routers' values before the first optimizer step, stored in
+    ``path`` by the first run and read back by every resumed run.
+    """
+
+    def __init__(self, routers: Sequence[TopKRouter], strength: float, path: str | Path) -> None:
+        self.routers = list(routers)
+        self.strength = float(strength)
+        self.path = Path(path)
+        self.base: list[Tensor] | None = None
+
+    def capture_or_load(self, iteration: int) -> None:
+        """Load the stored base weights; at iteration 0, capture and store them first."""
+        if self.path.is_file():
+            self.base = [w.float() for w in torch.load(self.path, map_location="cpu", weights_only=True)]
+            return
+        if iteration > 0:
+            raise RuntimeError(
+                f"resuming at iteration {iteration} but the Router-L2 base weights {self.path} are missing"
+            )
+        self.base = [router.weight.detach().float().cpu().clone() for router in self.routers]
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            from workflow_scripts.atomic import atomic_path
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self.path) as tmp:
+                torch.save(self.base, tmp)
+
+    def add_gradients(self, parts: Sequence[tuple[Tensor | None, slice | None]]) -> float:
+        """Add ``d(lambda * router_l2)/dW`` to each main parameter's ``.grad``; returns this rank's value.
+
+        ``parts[l]`` is MoE layer ``l``'s fp32 main parameter (``None`` where this rank holds
+        no shard) and the flat element range it covers (``None``: the whole weight).
+        """
+        if self.base is None:
+            raise RuntimeError("RouterAnchor: base weights not captured (call capture_or_load first)")
+        if len(parts) != len(self.base):
+            raise ValueError(f"{len(parts)} main parameters for {len(self.base)} MoE layers")
+        leaves, targets, owners = [], [], []
+        for (main, span), base in zip(parts, self.base, strict=True):
+            if main is None:
+                leaves.append(torch.zeros(0, requires_grad=True))
+                targets.append(torch.zeros(0))
+                owners.append(None)
+                continue
+            target = base.to(main.device).reshape(-1)[span] if span is not None else base.to(main.device)
+            leaves.append(main.detach().float().requires_grad_(True))
+            targets.append(target.reshape(main.shape))
+            owners.append(main)
+        value = self.strength * router_l2(leaves, targets)
+        grads = torch.autograd.grad(value, leaves)
+        for main, grad in zip(owners, grads, strict=True):
+            if main is None:
+                continue
+            if main.grad is None:
+                main.grad = grad.to(main.dtype)
+            else:
+                main.grad.add_(grad.to(main.grad.dtype))
+        return float(value)

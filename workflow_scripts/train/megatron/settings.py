@@ -1,0 +1,185 @@
+"""Every Megatron setting of one post-training run, derived from the registry and nothing else.
+
+The values are plain dictionaries keyed by the field names of Megatron-Bridge's
+``ConfigContainer`` sections and Megatron-Core's ``TransformerConfig``, so they can be
+built and tested without Transformer Engine; ``entry`` applies them to the recipe's
+config. Nothing here is typed twice: epochs, batch sizes, schedule, optimizer, parallel
+layout and checkpoint cadence come from ``training``; the router settings of a condition
+from its ``Objective`` (the same object the local backend trains with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_scripts.cli import UserInputError
+from workflow_scripts.train.batches import total_steps
+from workflow_scripts.train.objective import Objective
+
+#: Megatron-Bridge recipe of each registry architecture (module, function); ``None``: the generic
+#: SFT recipe with ``AutoBridge``'s provider (DeepSeek-V2-Lite has no SFT recipe in Bridge).
+RECIPES: dict[str, tuple[str, str] | None] = {
+    "deepseek_v3": ("megatron.bridge.recipes.moonlight.moonlight_16b", "moonlight_16b_sft_config"),
+    "qwen3_moe": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_sft_config"),
+    "deepseek_v2": None,
+}
+
+
+def router_settings(objective: Objective) -> dict[str, Any]:
+    """``TransformerConfig`` router fields of a condition, each set explicitly (F.6).
+
+    The load-balancing type and coefficient are always written, because the providers'
+    defaults differ (Moonlight and DeepSeek-V2: ``seq_aux_loss``; Qwen3: ``aux_loss`` 1e-3):
+    LBL runs get Megatron's ``aux_loss`` (the Switch loss per micro-batch, which the local
+    backend's ``load_balancing_loss`` reproduces), every other condition ``none``. The
+    expert-bias update keeps the registry's rate except under RPB and its variants (rate 0,
+    ``Objective.from_condition``). Router fusion is off: the prior-biased router calls the
+    unfused score function.
+    """
+    balancing = objective.load_balancing > 0
+    return {
+        "moe_router_load_balancing_type": "aux_loss" if balancing else "none",
+        "moe_aux_loss_coeff": objective.load_balancing if balancing else 0.0,
+        "moe_z_loss_coeff": objective.z_loss or None,
+        "moe_router_bias_update_rate": objective.expert_bias_update_rate,
+        "moe_router_fusion": False,
+        "moe_router_dtype": "fp32",
+        "moe_expert_capacity_factor": None,
+    }
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """The ``training.parallelism`` block: the layout of one run on ``nodes x gpus_per_node`` GPUs."""
+
+    nodes: int
+    gpus_per_node: int
+    tensor: int
+    pipeline: int
+    context: int
+    expert: int
+    expert_tensor: int
+    sequence_parallel: bool
+    recompute_modules: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, block: Mapping[str, Any]) -> Parallelism:
+        fields = dict(block)
+        fields["recompute_modules"] = tuple(fields["recompute_modules"])
+        parallelism = cls(**fields)
+        parallelism.check()
+        return parallelism
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def data_parallel(self) -> int:
+        """Data-parallel width (F.1: 128 / (TP 2 x PP 1 x CP 1) = 64)."""
+        return self.world_size // (self.tensor * self.pipeline * self.context)
+
+    def check(self) -> None:
+        """Raise ``UserInputError`` for layouts this backend cannot run, naming the key."""
+        where = "training.parallelism"
+        model_parallel = self.tensor * self.pipeline * self.context
+        if self.world_size % model_parallel:
+            raise UserInputError(f"{where}: {self.world_size} GPUs are not divisible by TP x PP x CP")
+        if self.pipeline != 1:
+            raise UserInputError(
+                f"{where}.pipeline: {self.pipeline}; the prior-biased routers need every MoE layer on one "
+                "pipeline stage (the paper uses 1)"
+            )
+        if self.context != 1:
+            raise UserInputError(
+                f"{where}.context: {self.context}; span slicing supports context 1 (the paper's)"
+            )
+        if self.tensor > 1 and not self.sequence_parallel:
+            raise UserInputError(f"{where}.sequence_parallel: Megatron MoE with tensor parallelism needs it")
+        expert_group = self.expert * self.expert_tensor
+        if (self.world_size // self.pipeline) % expert_group:
+            raise UserInputError(
+                f"{where}.expert: EP x ETP = {expert_group} does not divide the GPUs per stage"
+            )
+
+    def model_fields(self) -> dict[str, Any]:
+        """Provider / ``TransformerConfig`` fields of the layout."""
+        return {
+            "tensor_model_parallel_size": self.tensor,
+            "pipeline_model_parallel_size": self.pipeline,
+            "context_parallel_size": self.context,
+            "expert_model_parallel_size": self.expert,
+            "expert_tensor_parallel_size": self.expert_tensor,
+            "sequence_parallel": self.sequence_parallel,
+            "recompute_granularity": "selective" if self.recompute_modules else None,
+            "recompute_modules": list(self.recompute_modules),
+        }
+
+
+def run_steps(training: Mapping[str, Any], num_rows: int) -> int:
+    """Optimizer steps of a run: ``ceil(epochs * N / GBS)`` (F.6: 782 for 20,000 rows)."""
+    return total_steps(num_rows, int(training["global_batch_size"]), int(training["epochs"]))
+
+
+def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[str, dict[str, Any]]:
+    """``ConfigContainer`` section -> fields of a run over ``num_rows`` rows, from ``training``.
+
+    Validation is off (``eval_iters`` 0): the paper evaluates after training only. The
+    learning rate decays over the whole run, so ``lr_decay_iters`` equals ``train_iters``.
+    """
+    if training.get("packing"):
+        raise UserInputError("training.packing: the paper trains without packing, and packing drops metadata")
+    if training["loss_on"] != "answer":
+        raise UserInputError(f"training.loss_on {training['loss_on']!r}: the chat dataset masks the answer")
+    steps = run_steps(training, num_rows)
+    optimizer, schedule = training["optimizer"], training["schedule"]
+    return {
+        "train": {
+            "train_iters": steps,
+            "global_batch_size": int(training["global_batch_size"]),
+            "micro_batch_size": int(training["micro_batch_size"]),
+            "eval_iters": 0,
+            "eval_interval": steps,
+        },
+        "optimizer": {
+            "optimizer": "adam",
+            "lr": float(schedule["lr_max"]),
+            "min_lr": float(schedule["lr_min"]),
+            "adam_beta1": float(optimizer["beta1"]),
+            "adam_beta2": float(optimizer["beta2"]),
+            "weight_decay": float(optimizer["weight_decay"]),
+            "clip_grad": float(optimizer["grad_clip"]),
+            "bf16": training["precision"] == "bf16",
+            "fp16": False,
+            "use_distributed_optimizer": True,
+        },
+        "scheduler": {
+            "lr_decay_style": schedule["name"],
+            "lr_warmup_iters": int(schedule["warmup_steps"]),
+            "lr_decay_iters": steps,
+        },
+        "checkpoint": {
+            "save_interval": int(training["checkpoint_every_steps"]),
+            "async_save": False,
+        },
+        "dataset": {"seq_length": int(training["sequence_length"])},
+        "rng": {"seed": int(seed)},
+    }
+
+
+def model_settings(objective: Objective, training: Mapping[str, Any]) -> dict[str, Any]:
+    """Provider fields of a run: parallel layout, precision, sequence length and router settings."""
+    parallelism = Parallelism.from_config(training["parallelism"])
+    bf16 = training["precision"] == "bf16"
+    return {
+        **parallelism.model_fields(),
+        **router_settings(objective),
+        "seq_length": int(training["sequence_length"]),
+        "bf16": bf16,
+        "params_dtype": "bfloat16" if bf16 else "float32",
+        "calculate_per_token_loss": True,
+        "cuda_graph_impl": "none",
+        "moe_shared_expert_overlap": False,
+    }

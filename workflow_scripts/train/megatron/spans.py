@@ -1,0 +1,76 @@
+"""Q/A span ids and prior rows of a Megatron-Bridge micro-batch.
+
+Bridge's chat dataset tokenises each row itself and hands the step ``tokens`` ``(B, S)``
+(the sequence without its last token) and per-row ``metadata``. The span of every token
+is derived the same way the local backend derives it: ``models.tokenizer.answer_span_mask``
+on the row's prompt and answer (``SpanTable``). The token ids of both encodings must agree
+on every position they share; a mismatch (another chat template, another tokenizer) stops
+the run with the row named, because a misaligned span would bias the wrong tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from workflow_scripts.train.batches import NO_SPAN
+
+#: The metadata key of a chat-dataset row that holds its row id in the split (and the prior).
+ROW_ID_KEY = "prior_row"
+
+
+class SpanTable:
+    """Token ids and span ids of each split row, encoded on demand with the local backend's rule."""
+
+    def __init__(self, encode: Callable[[int], tuple[Sequence[int], Sequence[int]]], cache_rows: int = 4096):
+        self._encode = lru_cache(maxsize=cache_rows)(encode)
+
+    def row(self, row_id: int) -> tuple[Sequence[int], Sequence[int]]:
+        return self._encode(int(row_id))
+
+
+def row_ids(metadata: Sequence[dict], num_rows: int) -> np.ndarray:
+    """The split row id of every sample of a micro-batch, from Bridge's per-sample ``metadata``."""
+    ids = []
+    for sample, entry in enumerate(metadata):
+        if ROW_ID_KEY not in entry:
+            raise ValueError(f"micro-batch sample {sample} has no {ROW_ID_KEY!r} in its metadata: {entry}")
+        row = int(entry[ROW_ID_KEY])
+        if not 0 <= row < num_rows:
+            raise ValueError(
+                f"micro-batch sample {sample}: {ROW_ID_KEY} {row} outside the split's {num_rows} rows"
+            )
+        ids.append(row)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def batch_span_ids(tokens: Tensor, rows: np.ndarray, table: SpanTable) -> Tensor:
+    """``(B, S)`` span ids of a micro-batch's input tokens (0 = Q, 1 = A, -1 = template / padding).
+
+    Position ``t`` of ``tokens`` is token ``t`` of the row's encoding; positions past the
+    encoding (padding) get no span. Raises ``ValueError`` when the tokens disagree.
+    """
+    batch, seq = tokens.shape
+    spans = torch.full((batch, seq), NO_SPAN, dtype=torch.long)
+    for sample, row in enumerate(rows):
+        ids, row_spans = table.row(int(row))
+        shared = min(seq, len(ids))
+        expected = torch.as_tensor(list(ids[:shared]), dtype=tokens.dtype)
+        got = tokens[sample, :shared].cpu()
+        if not torch.equal(got, expected):
+            first = int((got != expected).nonzero()[0, 0])
+            raise ValueError(
+                f"split row {row}: the chat dataset's token {first} is {int(got[first])}, the span "
+                f"encoding's is {int(expected[first])}; both must apply the same tokenizer and chat template"
+            )
+        spans[sample, :shared] = torch.as_tensor(list(row_spans[:shared]), dtype=torch.long)
+    return spans
+
+
+def gather_prior(prior: np.ndarray, rows: np.ndarray) -> Tensor:
+    """A micro-batch's ``(B, 2, L, E)`` float32 prior rows from the memory-mapped ``(N, 2, L, E)`` table."""
+    return torch.from_numpy(np.asarray(prior[rows], dtype=np.float32))

@@ -1,0 +1,99 @@
+"""The Megatron-Bridge ``forward_step`` of post-training: prior rows and spans into the routers.
+
+Bridge's own batch getter drops every key it does not know, ``metadata`` included, so this
+step reads the raw batch from the iterator: it takes each sample's split row id from its
+metadata, derives the Q/A span ids (``spans.batch_span_ids``), gathers the samples' prior
+rows from the memory-mapped ``(N, 2, L, E)`` table, slices the spans for this rank's
+sequence-parallel chunk and installs both in the routing context before the forward. With
+pipeline parallelism 1 every micro-batch runs forward then backward before the next, so the
+context is still that micro-batch's during activation recomputation.
+
+The loss is Bridge's masked next-token loss in its per-token form (sum, token count), which
+with ``calculate_per_token_loss`` is the mean over the answer tokens of the global batch,
+as in the local backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from workflow_scripts.routing.megatron import MegatronRoutingContext, sequence_parallel_slice
+from workflow_scripts.train.megatron.spans import SpanTable, batch_span_ids, gather_prior, row_ids
+from workflow_scripts.train.objective import Objective
+
+
+def routing_context(objective: Objective, num_moe_layers: int) -> MegatronRoutingContext:
+    """The routers' shared context for a condition (the same ``Objective`` the local backend uses)."""
+    return MegatronRoutingContext(
+        mode=objective.routing_mode,
+        beta=objective.beta,
+        bias_in_gate_weights=objective.bias_in_gate_weights,
+        kl_base=objective.kl_base,
+        logit_l2=objective.logit_l2,
+        num_moe_layers=num_moe_layers,
+        clip_eps=objective.clip_eps,
+        clip_c=objective.clip_c,
+    )
+
+
+def set_micro_batch(
+    context: MegatronRoutingContext,
+    batch: dict[str, Any],
+    prior: np.ndarray | None,
+    table: SpanTable,
+    tp_rank: int,
+    tp_size: int,
+    sequence_parallel: bool,
+) -> None:
+    """Install one micro-batch's prior rows and this rank's span ids in ``context``."""
+    if not context.needs_prior:
+        context.set_batch(None, None)
+        return
+    if prior is None:
+        raise ValueError("this condition reads a prior, but the run has none")
+    tokens = batch["tokens"]
+    rows = row_ids(batch["metadata"], prior.shape[0])
+    spans = batch_span_ids(tokens, rows, table)  # (B, S)
+    world, rank = (tp_size, tp_rank) if sequence_parallel else (1, 0)
+    local = sequence_parallel_slice(spans, rank, world).to(tokens.device)  # (S_local, B)
+    context.set_batch(gather_prior(prior, rows).to(tokens.device), local)
+
+
+def make_forward_step(
+    context: MegatronRoutingContext, prior: np.ndarray | None, table: SpanTable
+) -> Callable[..., tuple[torch.Tensor, Callable]]:
+    """A ``forward_step(state, data_iterator, model)`` for ``megatron.bridge.training.finetune``."""
+    from megatron.bridge.training.losses import masked_next_token_loss
+    from megatron.core import parallel_state
+
+    def forward_step(state: Any, data_iterator: Any, model: Any, return_schedule_plan: bool = False):
+        batch = next(data_iterator)
+        device = torch.cuda.current_device()
+        tensors = {
+            key: batch[key].to(device, non_blocking=True)
+            for key in ("tokens", "labels", "loss_mask", "position_ids")
+        }
+        config = state.cfg.model
+        set_micro_batch(
+            context,
+            {"tokens": tensors["tokens"], "metadata": batch["metadata"]},
+            prior,
+            table,
+            parallel_state.get_tensor_model_parallel_rank(),
+            parallel_state.get_tensor_model_parallel_world_size(),
+            bool(config.sequence_parallel),
+        )
+        output = model(
+            input_ids=tensors["tokens"],
+            position_ids=tensors["position_ids"],
+            attention_mask=None,
+            labels=tensors["labels"],
+        )
+        return output, partial(masked_next_token_loss, tensors["loss_mask"])
+
+    return forward_step
