@@ -85,7 +85,7 @@ def _seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def _shuffle_record(args: argparse.Namespace) -> dict[str, Any] | None:
+def shuffle_record(args: argparse.Namespace) -> dict[str, Any] | None:
     """The shuffle's record (``--shuffle-record``, else ``prior_validation.json`` beside the prior)."""
     path = args.shuffle_record
     if path is None:
@@ -99,21 +99,11 @@ def _shuffle_record(args: argparse.Namespace) -> dict[str, Any] | None:
         raise UserInputError(f"--shuffle-record {path}: {error}") from error
 
 
-def run_train(args: argparse.Namespace) -> None:
-    """Load the base, train under the condition, save the hook-free checkpoint and the log."""
-    import pandas as pd
-
-    from workflow_scripts.models.toy import load_local, save_toy_base
-    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
+def objective_for(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The condition's ``Objective`` (both backends) and the prior's meta.json (``{}`` without a prior)."""
     from workflow_scripts.routing.core import DEFAULT_CLIP_C, DEFAULT_CLIP_EPS
-    from workflow_scripts.routing.hf import find_gates
-    from workflow_scripts.train import checkpoint
-    from workflow_scripts.train.batches import encode_rows
-    from workflow_scripts.train.loop import train, write_log
     from workflow_scripts.train.objective import Objective
 
-    config = train_config(args.training)
-    bias_rate = expert_bias_update_rate(args.training)
     if (args.prior is None) != (args.prior_meta is None):
         raise UserInputError("--prior and --prior-meta go together")
     meta = json.loads(Path(args.prior_meta).read_text()) if args.prior_meta else {}
@@ -123,7 +113,7 @@ def run_train(args: argparse.Namespace) -> None:
             float(meta.get("clip_eps", DEFAULT_CLIP_EPS)),
             float(meta.get("clip_c", DEFAULT_CLIP_C)),
             args.bias_in_gate_weights == "true",
-            bias_rate,
+            expert_bias_update_rate(args.training),
         )
     except ValueError as error:
         raise UserInputError(f"--condition: {error}") from error
@@ -132,6 +122,22 @@ def run_train(args: argparse.Namespace) -> None:
         raise UserInputError(
             f"intervention {objective.intervention!r} {need} prior (--prior given: {args.prior})"
         )
+    return objective, meta
+
+
+def run_train(args: argparse.Namespace) -> None:
+    """Load the base, train under the condition, save the hook-free checkpoint and the log."""
+    import pandas as pd
+
+    from workflow_scripts.models.toy import load_local, save_toy_base
+    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
+    from workflow_scripts.routing.hf import find_gates
+    from workflow_scripts.train import checkpoint
+    from workflow_scripts.train.batches import encode_rows
+    from workflow_scripts.train.loop import train, write_log
+
+    config = train_config(args.training)
+    objective, meta = objective_for(args)
     _seed_everything(args.seed)
     model, tokenizer = load_local(args.base)
     if args.architecture is not None and model.config.model_type != args.architecture:
@@ -140,7 +146,7 @@ def run_train(args: argparse.Namespace) -> None:
         )
     if args.prior_meta:
         check_prior_matches(meta, args.split, args.base, tokenizer.chat_template)
-        check_prior_file(meta, args.prior, args.condition.get("prior"), _shuffle_record(args))
+        check_prior_file(meta, args.prior, args.condition.get("prior"), shuffle_record(args))
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     max_length = int(args.training["sequence_length"])
     examples = encode_rows(tokenizer, split["prompt"].tolist(), split["answer"].tolist(), max_length)
@@ -162,34 +168,112 @@ def run_train(args: argparse.Namespace) -> None:
     checkpoint.remove(resume_dir)
 
 
-def register(stages: argparse._SubParsersAction) -> None:
-    commands = add_stage(stages, "train", "local post-training (transformers backend)")
-    run = add_command(
-        commands,
-        "run",
-        run_train,
-        "post-train a base checkpoint under one condition and seed",
-        inputs=("base", "split", "prior", "prior_meta", "shuffle_record"),
-        outputs=("out", "log"),
+def _condition_arguments(command: argparse.ArgumentParser) -> None:
+    """Arguments both backends read: the condition, training section, seed, prior and its records."""
+    command.add_argument("--split", required=True, help="training split parquet (prompt, answer)")
+    command.add_argument("--condition", required=True, type=json_argument, help="registry condition (JSON)")
+    command.add_argument(
+        "--training", required=True, type=json_argument, help="config 'training' section (JSON)"
     )
-    run.add_argument("--base", required=True, help="base checkpoint directory")
-    run.add_argument("--split", required=True, help="training split parquet (prompt, answer)")
-    run.add_argument("--condition", required=True, type=json_argument, help="registry condition (JSON)")
-    run.add_argument("--training", required=True, type=json_argument, help="config 'training' section (JSON)")
-    run.add_argument("--seed", required=True, type=int, help="training seed (weights init is the base's)")
-    run.add_argument("--out", required=True, help="output checkpoint directory")
-    run.add_argument("--log", required=True, help="JSON-lines training log")
-    run.add_argument("--prior", help="prior .npy (N, 2, L, E), row i = split row i")
-    run.add_argument("--prior-meta", help="the prior's meta.json")
-    run.add_argument(
+    command.add_argument("--seed", required=True, type=int, help="training seed (weights init is the base's)")
+    command.add_argument("--prior", help="prior .npy (N, 2, L, E), row i = split row i")
+    command.add_argument("--prior-meta", help="the prior's meta.json")
+    command.add_argument(
         "--shuffle-record",
         help="prior_validation.json of the shuffle that wrote a shuffled --prior (its sha256); "
         "default: the one beside --prior, if any",
     )
-    run.add_argument("--architecture", help="expected model_type of the base (checked)")
-    run.add_argument(
+    command.add_argument(
         "--bias-in-gate-weights",
         choices=("true", "false"),
         default="true",
         help="config prior.bias_in_gate_weights: whether RPB's biased logits also give the gate weights",
     )
+
+
+def _entry(name: str) -> Any:
+    """A command of the Megatron entry point, imported only when it runs (it needs Megatron-Bridge)."""
+
+    def run(args: argparse.Namespace) -> None:
+        from workflow_scripts.train.megatron import entry
+
+        getattr(entry, name)(args)
+
+    return run
+
+
+def write_chat_dataset(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from workflow_scripts.train.megatron.dataset import write_chat_dataset as write
+
+    split = pd.read_parquet(args.split, columns=["prompt", "answer"])
+    write(split["prompt"].tolist(), split["answer"].tolist(), args.out)
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    commands = add_stage(stages, "train", "post-training: local (transformers) and cluster (Megatron-Bridge)")
+    run = add_command(
+        commands,
+        "run",
+        run_train,
+        "post-train a base checkpoint under one condition and seed (transformers, CPU)",
+        inputs=("base", "split", "prior", "prior_meta", "shuffle_record"),
+        outputs=("out", "log"),
+    )
+    run.add_argument("--base", required=True, help="base checkpoint directory")
+    _condition_arguments(run)
+    run.add_argument("--out", required=True, help="output checkpoint directory")
+    run.add_argument("--log", required=True, help="JSON-lines training log")
+    run.add_argument("--architecture", help="expected model_type of the base (checked)")
+
+    megatron = add_command(
+        commands,
+        "megatron",
+        _entry("run_megatron"),
+        "post-train with Megatron-Bridge (one process per GPU, under torchrun)",
+        inputs=("hf_base", "megatron_base", "dataset", "split", "prior", "prior_meta", "shuffle_record"),
+        outputs=("out", "record"),
+    )
+    megatron.add_argument("--hf-base", required=True, help="HF base checkpoint (tokenizer, provider)")
+    megatron.add_argument("--megatron-base", required=True, help="the base imported to Megatron format")
+    megatron.add_argument("--dataset", required=True, help="folder with the chat dataset's training.jsonl")
+    _condition_arguments(megatron)
+    megatron.add_argument("--moe-layers", required=True, type=int, help="MoE layers L of the model")
+    megatron.add_argument("--work", required=True, help="resumable run folder (checkpoints, resume log)")
+    megatron.add_argument("--out", required=True, help="final Megatron checkpoint folder")
+    megatron.add_argument("--record", required=True, help="run record JSON (steps, resumed_from)")
+
+    chat = add_command(
+        commands,
+        "chat-dataset",
+        write_chat_dataset,
+        "write a training split as Megatron-Bridge's chat JSONL with prior row ids",
+        inputs=("split",),
+        outputs=("out",),
+    )
+    chat.add_argument("--split", required=True, help="training split parquet (prompt, answer)")
+    chat.add_argument("--out", required=True, help="output folder (training.jsonl)")
+
+    imported = add_command(
+        commands,
+        "megatron-import",
+        _entry("import_base"),
+        "convert an HF base checkpoint to Megatron format (once per model)",
+        inputs=("hf_base",),
+        outputs=("out",),
+    )
+    imported.add_argument("--hf-base", required=True, help="HF base checkpoint directory")
+    imported.add_argument("--out", required=True, help="Megatron checkpoint folder")
+
+    exported = add_command(
+        commands,
+        "megatron-export",
+        _entry("export_hf"),
+        "export a finished Megatron run as a hook-free HF checkpoint",
+        inputs=("hf_base", "megatron"),
+        outputs=("out",),
+    )
+    exported.add_argument("--hf-base", required=True, help="HF base checkpoint (architecture, tokenizer)")
+    exported.add_argument("--megatron", required=True, help="final Megatron checkpoint folder of the run")
+    exported.add_argument("--out", required=True, help="HF checkpoint directory")

@@ -18,14 +18,6 @@ from workflow_scripts.cli import UserInputError
 from workflow_scripts.train.batches import total_steps
 from workflow_scripts.train.objective import Objective
 
-#: Megatron-Bridge recipe of each registry architecture (module, function); ``None``: the generic
-#: SFT recipe with ``AutoBridge``'s provider (DeepSeek-V2-Lite has no SFT recipe in Bridge).
-RECIPES: dict[str, tuple[str, str] | None] = {
-    "deepseek_v3": ("megatron.bridge.recipes.moonlight.moonlight_16b", "moonlight_16b_sft_config"),
-    "qwen3_moe": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_sft_config"),
-    "deepseek_v2": None,
-}
-
 
 def router_settings(objective: Objective) -> dict[str, Any]:
     """``TransformerConfig`` router fields of a condition, each set explicitly (F.6).
@@ -128,6 +120,8 @@ def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[
 
     Validation is off (``eval_iters`` 0): the paper evaluates after training only. The
     learning rate decays over the whole run, so ``lr_decay_iters`` equals ``train_iters``.
+    Checkpoints are saved synchronously (``async_save`` off), so a checkpoint is complete
+    before the next step starts (``resume``).
     """
     if training.get("packing"):
         raise UserInputError("training.packing: the paper trains without packing, and packing drops metadata")
@@ -140,9 +134,8 @@ def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[
             "train_iters": steps,
             "global_batch_size": int(training["global_batch_size"]),
             "micro_batch_size": int(training["micro_batch_size"]),
-            "eval_iters": 0,
-            "eval_interval": steps,
         },
+        "validation": {"eval_iters": 0, "eval_interval": steps},
         "optimizer": {
             "optimizer": "adam",
             "lr": float(schedule["lr_max"]),
@@ -151,8 +144,6 @@ def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[
             "adam_beta2": float(optimizer["beta2"]),
             "weight_decay": float(optimizer["weight_decay"]),
             "clip_grad": float(optimizer["grad_clip"]),
-            "bf16": training["precision"] == "bf16",
-            "fp16": False,
             "use_distributed_optimizer": True,
         },
         "scheduler": {
@@ -163,22 +154,28 @@ def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[
         "checkpoint": {
             "save_interval": int(training["checkpoint_every_steps"]),
             "async_save": False,
+            "ckpt_format": "torch_dist",
         },
-        "dataset": {"seq_length": int(training["sequence_length"])},
         "rng": {"seed": int(seed)},
     }
 
 
+def mixed_precision(training: Mapping[str, Any]) -> str | None:
+    """Bridge's ``mixed_precision`` recipe name for ``training.precision`` (``None``: plain fp32)."""
+    return "bf16_mixed" if training["precision"] == "bf16" else None
+
+
 def model_settings(objective: Objective, training: Mapping[str, Any]) -> dict[str, Any]:
-    """Provider fields of a run: parallel layout, precision, sequence length and router settings."""
+    """Provider fields of a run: parallel layout, sequence length, loss normalisation, router settings.
+
+    ``calculate_per_token_loss`` makes the loss the mean over the answer tokens of the whole
+    global batch, the local backend's normalisation.
+    """
     parallelism = Parallelism.from_config(training["parallelism"])
-    bf16 = training["precision"] == "bf16"
     return {
         **parallelism.model_fields(),
         **router_settings(objective),
         "seq_length": int(training["sequence_length"]),
-        "bf16": bf16,
-        "params_dtype": "bfloat16" if bf16 else "float32",
         "calculate_per_token_loss": True,
         "cuda_graph_impl": "none",
         "moe_shared_expert_overlap": False,

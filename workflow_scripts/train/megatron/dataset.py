@@ -1,0 +1,34 @@
+"""A training split as Megatron-Bridge's chat dataset: one JSON line per row, its prior row id kept.
+
+Bridge's ``GPTSFTChatDataset`` applies the tokenizer's chat template to ``messages`` and
+copies every other key of a line into the batch's ``metadata``; ``prior_row`` there is the
+row's index in the split and in the ``(N, 2, L, E)`` prior, which the ``forward_step`` reads.
+The turns are those of the local backend's ``answer_span_mask``: the prompt as the user
+turn, the answer as the assistant turn, no system turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from workflow_scripts.atomic import write_text
+from workflow_scripts.train.megatron.spans import ROW_ID_KEY
+
+#: The file name Bridge's ``GPTSFTDatasetConfig(dataset_root=...)`` reads for training.
+TRAINING_FILE = "training.jsonl"
+
+
+def chat_lines(prompts: Iterable[str], answers: Iterable[str]) -> Iterator[str]:
+    """One JSON line per (prompt, answer), row ids 0..N-1 in split order."""
+    for row, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+        messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+        yield json.dumps({"messages": messages, ROW_ID_KEY: row}, ensure_ascii=False) + "\n"
+
+
+def write_chat_dataset(prompts: Iterable[str], answers: Iterable[str], out_dir: str | Path) -> Path:
+    """Write ``<out_dir>/training.jsonl`` atomically; returns its path."""
+    path = Path(out_dir) / TRAINING_FILE
+    write_text(path, "".join(chat_lines(prompts, answers)))
+    return path

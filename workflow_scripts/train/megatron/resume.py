@@ -1,0 +1,70 @@
+"""Resuming a Megatron run after a kill, preemption or requeue: only from a complete checkpoint.
+
+Megatron-Bridge saves ``<save>/iter_NNNNNNN/`` (distributed-checkpoint shards with their
+``.metadata``, then ``train_state.pt``, written by rank 0 after a barrier that follows the
+shard write) and then updates ``<save>/latest_checkpointed_iteration.txt``. A job killed
+mid-save leaves a folder without ``train_state.pt`` or ``.metadata``: it is never resumed
+from. ``latest_complete`` picks the newest complete iteration, which the entry point passes
+to Bridge as ``checkpoint.ckpt_step``, so the choice does not rest on the tracker file alone.
+Every start appends the iteration it resumed from to ``resume_log.json`` in the run's work
+folder; the finished run's record carries that list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from workflow_scripts.atomic import write_json
+
+TRACKER = "latest_checkpointed_iteration.txt"
+COMPLETE_MARKERS = ("train_state.pt", ".metadata")
+_ITERATION = re.compile(r"^iter_(\d{7})$")
+
+
+def iteration_dir(save: Path, iteration: int) -> Path:
+    return Path(save) / f"iter_{iteration:07d}"
+
+
+def is_complete(folder: Path) -> bool:
+    """Whether an ``iter_*`` folder holds a whole checkpoint (every marker file present)."""
+    return all((folder / marker).is_file() for marker in COMPLETE_MARKERS)
+
+
+def latest_complete(save: Path) -> int | None:
+    """The newest iteration with a complete checkpoint in ``save`` (``None``: start from the base)."""
+    iterations = sorted(
+        int(match.group(1))
+        for entry in Path(save).glob("iter_*")
+        if (match := _ITERATION.match(entry.name)) and entry.is_dir()
+    )
+    complete = [i for i in iterations if is_complete(iteration_dir(save, i))]
+    return complete[-1] if complete else None
+
+
+def record_start(work: Path, iteration: int | None) -> list[int]:
+    """Append this start's resume point (0 = from the base) to ``resume_log.json``; return the log."""
+    path = Path(work) / "resume_log.json"
+    log = json.loads(path.read_text()) if path.is_file() else []
+    log.append(0 if iteration is None else int(iteration))
+    write_json(path, log)
+    return log
+
+
+def finish(save: Path, out: Path, iteration: int) -> Path:
+    """Move the final complete iteration into ``out`` as a self-contained Megatron checkpoint.
+
+    ``out`` gets ``iter_NNNNNNN/`` and its own tracker file, assembled in a temporary sibling
+    and renamed into place, so a kill never leaves a half-moved output.
+    """
+    final = iteration_dir(save, iteration)
+    if not is_complete(final):
+        raise RuntimeError(f"the final checkpoint {final} is incomplete (missing one of {COMPLETE_MARKERS})")
+    out = Path(out)
+    staging = out.with_name(out.name + ".staging")
+    staging.mkdir(parents=True, exist_ok=True)
+    final.rename(staging / final.name)
+    (staging / TRACKER).write_text(f"{iteration}\n")
+    staging.rename(out)
+    return out / final.name
