@@ -34,11 +34,12 @@ def alternatives(values):
     return "|".join(sorted(values)) or NEVER
 
 
-# Training runs locally (backend hf); the cluster (megatron) backend lands separately,
-# and until then a paper-scale target holds no trained checkpoint or its probes.
-TRAINS_LOCALLY = config["training"]["backend"] == "hf"
-# Outputs the present stages can build: one with trained cells needs a training backend with rules.
-BUILDABLE = [o for o in OUTPUTS if TRAINS_LOCALLY or not registry.closure(config, o).trainings]
+# The training backend: hf (local, toy scale) or megatron (cluster, paper scale); both have rules,
+# so every table and figure is a target at both scales.
+TRAINING_BACKEND = config["training"]["backend"]
+PARALLELISM = config["training"]["parallelism"]
+# The Megatron rules' image for --software-deployment-method apptainer (README: Paper scale).
+MEGATRON_CONTAINER = config["training"]["container"]
 # A probed run is the base model or one trained (condition, seed).
 PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
 # An evaluated run is the base model (once, not per corpus) or one trained (corpus, condition, seed).
@@ -150,7 +151,7 @@ def probe_result(probe):
 
 
 def closure_inputs(output_id):
-    """Files of the stages that exist, for everything one table or figure needs."""
+    """The files of every stage behind one table or figure."""
     closure = registry.closure(config, output_id)
     files = [path for corpus in sorted(closure.corpora) for path in corpus_files(corpus).values()]
     files += sorted(prior_file(p.model, p.corpus, p.kind) for p in closure.priors)
@@ -159,12 +160,9 @@ def closure_inputs(output_id):
     files += sorted(
         str(layout.prior_file("results", m, c, "prior_validation.json")) for m, c in closure.prior_validations
     )
-    probes = [p for p in closure.probes if p.condition == registry.BASE or TRAINS_LOCALLY]
-    files += sorted(probe_result(p) for p in probes)
-    evaluations = [e for e in closure.evaluations if e.condition == registry.BASE or TRAINS_LOCALLY]
-    files += sorted(str(layout.summary_path("results", e)) for e in evaluations)
-    if TRAINS_LOCALLY:
-        files += sorted(str(layout.checkpoint_dir("results", t)) for t in closure.trainings)
+    files += sorted(probe_result(p) for p in closure.probes)
+    files += sorted(str(layout.summary_path("results", e)) for e in closure.evaluations)
+    files += sorted(str(layout.checkpoint_dir("results", t)) for t in closure.trainings)
     return files
 
 
@@ -219,4 +217,4 @@ def output_files(output_id):
 
 
 def all_targets():
-    return expand("results/provenance/{output}.json", output=sorted(BUILDABLE))
+    return expand("results/provenance/{output}.json", output=sorted(OUTPUTS))

@@ -11,7 +11,7 @@ rule provenance_manifest:
     output:
         "results/provenance/{output}.json",
     wildcard_constraints:
-        output=alternatives(BUILDABLE),
+        output=alternatives(OUTPUTS),
     params:
         entry=lambda w: json.dumps(OUTPUTS[w.output], sort_keys=True),
         closure=lambda w: json.dumps(registry.closure(config, w.output).as_dict(), sort_keys=True),

@@ -14,7 +14,7 @@ rule table:
         md="results/tables/{table}.md",
         tex="results/tables/{table}.tex",
     wildcard_constraints:
-        table=alternatives(set(config["tables"]) & set(BUILDABLE)),
+        table=alternatives(config["tables"]),
     params:
         config=lambda w: report_config(w.table),
         reference=lambda w, input: f"--reference {input.reference}" if "reference" in input.keys() else "",
@@ -41,7 +41,7 @@ rule figure:
         ),
         pdf="results/figures/{figure}.pdf",
     wildcard_constraints:
-        figure=alternatives(set(config["figures"]) & set(BUILDABLE)),
+        figure=alternatives(config["figures"]),
     params:
         config=lambda w: report_config(w.figure),
     log:

@@ -13,9 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # environment, and this machine has no conda, so tests override the method.
 PAPER = ["--profile", "profiles/slurm", "--sdm", "env-modules"]
 TOY = ["--profile", "profiles/local"]
-# Training at paper scale runs on the cluster backend; selecting the local backend makes the
-# trainings appear as jobs, which changes the rule that trains but not what a table pulls.
-PAPER_TRAINED = [*PAPER, "--config", "training={backend: hf}"]
 # Jobs call ``python``: the interpreter running the tests comes first on their PATH.
 JOB_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.MULTILINE)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import PAPER_TRAINED, ROOT, TOY, dry_run, wildcard_values
+from tests.dag import PAPER, ROOT, TOY, dry_run, wildcard_values
 from workflow_scripts import registry
 
 
 @pytest.fixture(scope="module")
 def paper_all():
-    return dry_run(PAPER_TRAINED)
+    return dry_run(PAPER)
 
 
 def test_paper_scale_builds_every_data_target(paper_all):
@@ -42,7 +43,7 @@ def test_paper_scale_builds_every_data_target(paper_all):
     ],
 )
 def test_single_table_pulls_only_its_corpora(target, corpora):
-    jobs = dry_run(PAPER_TRAINED, f"results/provenance/{target}.json")
+    jobs = dry_run(PAPER, f"results/provenance/{target}.json")
     assert wildcard_values(jobs, "build_corpus", "corpus") == corpora
     assert wildcard_values(jobs, "provenance_manifest", "output") == [target]
     expected_subsets = {
@@ -134,3 +135,60 @@ def test_toy_table11_probes_the_bases_only():
     assert probed == [
         (m, c, "base") for m in ("moonlight", "qwen3_30b") for c in ("coding20k", "general", "math20k")
     ]
+
+
+def test_paper_scale_all_trains_every_cell_on_megatron_with_the_allocation_of_the_config(paper_all):
+    """``all`` at paper scale: every registry training is a Megatron job on the configured allocation."""
+    config = load_config(toy=False)
+    expected = set()
+    for output in registry.outputs(config):
+        expected |= {
+            (t.model, t.corpus, t.condition, t.seed) for t in registry.closure(config, output).trainings
+        }
+    trained = {
+        (w["model"], w["corpus"], w["condition"], int(w["seed"]))
+        for r, w in paper_all
+        if r == "train_megatron"
+    }
+    assert trained == expected and len(trained) == 115
+    exported = {
+        (w["model"], w["corpus"], w["condition"], int(w["seed"]))
+        for r, w in paper_all
+        if r == "export_megatron"
+    }
+    assert exported == expected
+    assert not [r for r, _ in paper_all if r == "train_local"]
+    assert wildcard_values(paper_all, "megatron_import", "model") == sorted(config["models"])
+    assert wildcard_values(paper_all, "provenance_manifest", "output") == sorted(registry.outputs(config))
+
+
+def test_paper_training_job_requests_the_configured_nodes_and_launches_one_torchrun_per_node():
+    config = load_config(toy=False)
+    parallelism = config["training"]["parallelism"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "results/megatron/trained/moonlight/math20k/rpb/s42",
+            "-n",
+            "-p",
+            *PAPER,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    job = done.stdout[done.stdout.index("rule train_megatron:") :]
+    resources = re.search(r"resources: (.*)", job).group(1)
+    assert f"nodes={parallelism['nodes']}" in resources and f"tasks={parallelism['nodes']}" in resources
+    assert f"gres=gpu:{parallelism['gpus_per_node']}" in resources and "mpi=srun" in resources
+    assert "tasks_per_gpu=0" in resources and "--ntasks-per-node=1" in resources
+    command = job[job.index("Shell command:") :].splitlines()[0]
+    assert (
+        f"megatron-launch --nodes {parallelism['nodes']} --gpus-per-node {parallelism['gpus_per_node']}"
+        in command
+    )
+    assert "-- train megatron --hf-base results/models/moonlight/base" in command

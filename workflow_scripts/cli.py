@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ STAGE_MODULES = (
     "workflow_scripts.evaluate.cli",
     "workflow_scripts.report.cli",
     "workflow_scripts.provenance.cli",
+    "workflow_scripts.plan_cli",
 )
 
 
@@ -96,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.provenance:
+    if args.provenance and os.environ.get("RANK", "0") == "0":  # one record per torchrun job
         from workflow_scripts.provenance import build_record
 
         skip = {"run", "inputs", "outputs", "provenance"}

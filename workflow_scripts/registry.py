@@ -253,6 +253,11 @@ def closure(config: Mapping[str, Any], output_id: str) -> Closure:
     )
 
 
+def total_steps(num_rows: int, global_batch_size: int, epochs: int) -> int:
+    """Optimizer steps of a run: ``ceil(epochs * N / global_batch_size)`` (the last batch may be short)."""
+    return -(-epochs * num_rows // global_batch_size)
+
+
 def cap_seeds(config: dict[str, Any]) -> None:
     """Keep the first ``seeds_per_cell`` seeds of every cell, in place (null keeps them all).
 

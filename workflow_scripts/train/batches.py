@@ -15,7 +15,6 @@ optimizer step are a function of (seed, step) alone: resuming needs no iterator 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ import torch
 from torch import Tensor
 
 from workflow_scripts.models.tokenizer import answer_span_mask
+from workflow_scripts.registry import total_steps
 
 IGNORE_INDEX = -100
 NO_SPAN = -1
@@ -100,11 +100,6 @@ def collate(examples: Sequence[Example], rows: np.ndarray, pad_token_id: int, la
         span_ids[b, :n] = torch.tensor(example.span_ids)
         labels[b, :n] = torch.tensor(labels_for(example, label_mode))
     return MicroBatch(np.asarray(rows), input_ids, attention_mask, span_ids, labels)
-
-
-def total_steps(num_rows: int, global_batch_size: int, epochs: int) -> int:
-    """Optimizer steps of a run: ``ceil(epochs * N / global_batch_size)`` (the last batch may be short)."""
-    return math.ceil(epochs * num_rows / global_batch_size)
 
 
 @dataclass(frozen=True)

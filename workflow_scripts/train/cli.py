@@ -202,6 +202,12 @@ def _entry(name: str) -> Any:
     return run
 
 
+def _launch(args: argparse.Namespace) -> None:
+    from workflow_scripts.train.megatron.launch import run_launch
+
+    run_launch(args)
+
+
 def write_chat_dataset(args: argparse.Namespace) -> None:
     import pandas as pd
 
@@ -243,6 +249,18 @@ def register(stages: argparse._SubParsersAction) -> None:
     megatron.add_argument("--work", required=True, help="resumable run folder (checkpoints, resume log)")
     megatron.add_argument("--out", required=True, help="final Megatron checkpoint folder")
     megatron.add_argument("--record", required=True, help="run record JSON (steps, resumed_from)")
+
+    launch = add_command(
+        commands,
+        "megatron-launch",
+        _launch,
+        "start a Megatron run on every node of the SLURM allocation (srun + torchrun, c10d rendezvous)",
+    )
+    launch.add_argument("--nodes", required=True, type=int, help="nodes of the run (training.parallelism)")
+    launch.add_argument("--gpus-per-node", required=True, type=int, help="processes per node, one per GPU")
+    launch.add_argument("--launcher", default="srun", help="the MPI launcher resource (srun)")
+    launch.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node")
+    launch.add_argument("entry", nargs=argparse.REMAINDER, help="-- then the workflow_scripts command to run")
 
     chat = add_command(
         commands,

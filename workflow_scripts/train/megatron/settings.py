@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflow_scripts.cli import UserInputError
-from workflow_scripts.train.batches import total_steps
+from workflow_scripts.registry import total_steps
 from workflow_scripts.train.objective import Objective
 
 

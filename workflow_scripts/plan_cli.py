@@ -1,0 +1,84 @@
+"""``python -m workflow_scripts plan <target>``: price a table, a figure or ``all`` before submitting it.
+
+A top-level command rather than a stage: it reads the config itself, as Snakemake would
+(config file, optional overlay, schema validation, seed cap), and runs no rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.cli import UserInputError
+
+SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
+# Training rows of corpora whose split keeps every eligible row (train_rows: null), as the
+# paper states them: OpenR1-Math-220k, "roughly 94k examples".
+PAPER_ROWS = {"openr1math": 94000}
+
+
+def _row_count(text: str) -> tuple[str, int]:
+    """argparse type of ``--rows corpus=N``."""
+    corpus, equals, count = text.partition("=")
+    if not equals or not corpus or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"expected CORPUS=N (N a row count), got {text!r}")
+    return corpus, int(count)
+
+
+def register(stages: argparse._SubParsersAction) -> None:
+    summary = "print the GPU-hours and node-hours a table, a figure or 'all' needs, before submitting it"
+    parser = stages.add_parser("plan", help=summary, description=summary)
+    parser.add_argument("target", help="a table or figure id, or 'all' for every one")
+    parser.add_argument("--config", default="config.yaml", help="registry file (default: config.yaml)")
+    parser.add_argument("--overlay", help="YAML merged over the config, e.g. profiles/local/toy.yaml")
+    parser.add_argument(
+        "--rows",
+        type=_row_count,
+        action="append",
+        default=[],
+        metavar="CORPUS=N",
+        help="training-split rows of a corpus (repeatable); needed where train_rows is null",
+    )
+    parser.set_defaults(run=run, command="plan", provenance=None, inputs=(), outputs=())
+
+
+def load_config(path: str, overlay: str | None) -> dict[str, Any]:
+    """The config as Snakemake sees it: overlay merged, validated, seeds capped."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from workflow_scripts import registry
+
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+        if overlay:
+            update_config(config, yaml.safe_load(Path(overlay).read_text()))
+    except OSError as error:
+        raise UserInputError(f"{error.filename}: {error.strerror}") from None
+    try:
+        registry.validate_config(config, str(SCHEMA))
+    except registry.RegistryError as error:
+        raise UserInputError(str(error)) from None
+    registry.cap_seeds(config)
+    return config
+
+
+def run(args: argparse.Namespace) -> None:
+    from workflow_scripts.compute_plan import plan, render
+
+    config = load_config(args.config, args.overlay)
+    given = dict(args.rows)
+    defaults = {
+        corpus: count
+        for corpus, count in PAPER_ROWS.items()
+        if corpus in config["corpora"] and config["corpora"][corpus]["train_rows"] is None
+    }
+    result = plan(config, args.target, {**defaults, **given})
+    for corpus, count in defaults.items():
+        if corpus in result.rows and corpus not in given:
+            print(
+                f"note: {corpus}: {count} training rows, the paper's approximate count; "
+                f"pass --rows {corpus}=N with the built split's count"
+            )
+    print(render(result))

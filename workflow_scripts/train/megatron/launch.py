@@ -1,0 +1,77 @@
+"""One ``torchrun`` per node under ``srun``, with a c10d rendezvous taken from the SLURM allocation.
+
+Inside a job the SLURM executor plugin leaves only ``SLURM_JOB_ID`` of the SLURM variables,
+so the head node is read back from the scheduler (``squeue`` for the node list,
+``scontrol show hostnames`` to expand it). Node ranks come from the c10d rendezvous itself,
+so one argv serves every node. Without a SLURM job a one-node run starts ``torchrun
+--standalone`` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from workflow_scripts.cli import UserInputError
+
+
+def head_node(job_id: str) -> str:
+    """The first host of SLURM job ``job_id``'s allocation."""
+    nodelist = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    hosts = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if not hosts:
+        raise UserInputError(f"SLURM job {job_id} has no nodes (squeue printed {nodelist!r})")
+    return hosts[0]
+
+
+def torchrun_command(
+    nodes: int,
+    gpus_per_node: int,
+    entry: Sequence[str],
+    launcher: str = "srun",
+    head: str | None = None,
+    port: int = 29500,
+    job_id: str | None = None,
+) -> list[str]:
+    """The launch argv: ``srun`` one task per node, each ``torchrun -m workflow_scripts <entry>``."""
+    module = ["-m", "workflow_scripts", *entry]
+    if job_id is None:
+        if nodes != 1:
+            raise UserInputError(
+                f"{nodes} nodes need a SLURM allocation (no SLURM_JOB_ID in the environment)"
+            )
+        return ["torchrun", "--standalone", f"--nproc-per-node={gpus_per_node}", *module]
+    return [
+        launcher,
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        "torchrun",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={gpus_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={head}:{port}",
+        f"--rdzv-id={job_id}",
+        *module,
+    ]
+
+
+def run_launch(args: argparse.Namespace) -> None:
+    """Start the run on every node of the allocation and wait for it; a failed rank fails the job."""
+    entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
+    if not entry:
+        raise UserInputError("nothing to launch: give the workflow_scripts command after '--'")
+    job_id = os.environ.get("SLURM_JOB_ID")
+    head = head_node(job_id) if job_id else None
+    command = torchrun_command(args.nodes, args.gpus_per_node, entry, args.launcher, head, args.port, job_id)
+    print("launching:", " ".join(command), file=sys.stderr, flush=True)
+    status = subprocess.run(command).returncode
+    if status:
+        raise SystemExit(status)
