@@ -38,8 +38,9 @@ def alternatives(values):
 # so every table and figure is a target at both scales.
 TRAINING_BACKEND = config["training"]["backend"]
 PARALLELISM = config["training"]["parallelism"]
-# The Megatron rules' image for --software-deployment-method apptainer (README: Paper scale).
+# The Megatron rules run in an apptainer image (training.container) or, without one, in their conda env.
 MEGATRON_CONTAINER = config["training"]["container"]
+MEGATRON_CONDA = None if MEGATRON_CONTAINER else "../envs/megatron.yaml"
 # A probed run is the base model or one trained (condition, seed).
 PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
 # An evaluated run is the base model (once, not per corpus) or one trained (corpus, condition, seed).

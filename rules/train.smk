@@ -48,7 +48,7 @@ rule megatron_import:
     log:
         "logs/megatron/import/{model}.log",
     conda:
-        "../envs/megatron.yaml"
+        MEGATRON_CONDA
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-import --hf-base {input.base:q} --out {output.megatron:q}"
@@ -63,7 +63,7 @@ rule chat_dataset:
     log:
         "logs/megatron/datasets/{corpus}.log",
     conda:
-        "../envs/megatron.yaml"
+        MEGATRON_CONDA
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train chat-dataset --split {input.split:q} --out {output.dataset:q} > {log:q} 2>&1"
@@ -104,7 +104,7 @@ rule train_megatron:
     log:
         "logs/megatron/train/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
-        "../envs/megatron.yaml"
+        MEGATRON_CONDA
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
@@ -128,7 +128,7 @@ rule export_megatron:
     log:
         "logs/megatron/export/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
-        "../envs/megatron.yaml"
+        MEGATRON_CONDA
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-export --hf-base {input.hf_base:q} --megatron {input.megatron:q}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (README: Tests)")
+pytestmark = pytest.mark.megatron
 
 import torch  # noqa: E402
 import yaml  # noqa: E402

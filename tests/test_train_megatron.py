@@ -1,0 +1,218 @@
+"""The cluster backend's pure parts: settings from the registry, spans, chat dataset, resume, launch line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.test_train import toy_rows, toy_tokenizer
+from workflow_scripts.cli import UserInputError
+from workflow_scripts.models.tokenizer import answer_span_mask
+from workflow_scripts.train.megatron import resume
+from workflow_scripts.train.megatron.dataset import TRAINING_FILE, write_chat_dataset
+from workflow_scripts.train.megatron.launch import torchrun_command
+from workflow_scripts.train.megatron.settings import (
+    Parallelism,
+    model_settings,
+    router_settings,
+    run_settings,
+)
+from workflow_scripts.train.megatron.spans import SpanTable, batch_span_ids, gather_prior, row_ids
+from workflow_scripts.train.objective import Objective
+
+RPB_FAMILY = {"rpb", "rpb_hard"}
+
+
+@pytest.mark.parametrize("model", ["moonlight", "deepseek_v2_lite", "qwen3_30b"])
+def test_every_condition_sets_balancing_and_bias_update_explicitly(paper_config, model):
+    training = paper_config["training"]
+    rate = training["expert_bias_update_rate"]
+    for name, condition in paper_config["conditions"].items():
+        objective = Objective.from_condition(condition, expert_bias_update_rate=rate)
+        fields = model_settings(objective, training)
+        intervention = condition["intervention"]
+        if intervention == "load_balancing":
+            assert fields["moe_router_load_balancing_type"] == "aux_loss"
+            assert fields["moe_aux_loss_coeff"] == condition["params"]["coefficient"]
+        else:
+            assert fields["moe_router_load_balancing_type"] == "none" and fields["moe_aux_loss_coeff"] == 0.0
+        expected_z = condition["params"]["coefficient"] if intervention == "z_loss" else None
+        assert fields["moe_z_loss_coeff"] == expected_z, name
+        assert fields["moe_router_bias_update_rate"] == (0.0 if intervention in RPB_FAMILY else rate), name
+        assert fields["moe_router_fusion"] is False and fields["calculate_per_token_loss"] is True
+        assert fields["tensor_model_parallel_size"] == 2 and fields["expert_model_parallel_size"] == 8
+        assert fields["sequence_parallel"] is True and fields["pipeline_model_parallel_size"] == 1
+        assert fields["recompute_modules"] == ["layernorm", "moe", "moe_act", "core_attn"]
+        assert fields["seq_length"] == 8192
+
+
+def test_run_settings_take_every_value_from_the_registry(paper_config):
+    training = paper_config["training"]
+    sections = run_settings(training, num_rows=20_000, seed=43)
+    assert sections["train"] == {"train_iters": 782, "global_batch_size": 128, "micro_batch_size": 1}
+    assert sections["optimizer"]["lr"] == 1e-5 and sections["optimizer"]["min_lr"] == 1e-6
+    assert (sections["optimizer"]["adam_beta1"], sections["optimizer"]["adam_beta2"]) == (0.9, 0.95)
+    assert sections["optimizer"]["weight_decay"] == 0.1 and sections["optimizer"]["clip_grad"] == 1.0
+    assert sections["scheduler"] == {"lr_decay_style": "cosine", "lr_warmup_iters": 40, "lr_decay_iters": 782}
+    assert sections["checkpoint"]["save_interval"] == 100 and sections["checkpoint"]["async_save"] is False
+    assert sections["rng"] == {"seed": 43} and sections["validation"]["eval_iters"] == 0
+    training["schedule"]["lr_max"] = 3e-5
+    training["epochs"] = 2
+    changed = run_settings(training, num_rows=20_000, seed=43)
+    assert changed["optimizer"]["lr"] == 3e-5 and changed["train"]["train_iters"] == 313
+
+
+def test_packing_is_refused(paper_config):
+    paper_config["training"]["packing"] = True
+    with pytest.raises(UserInputError, match="packing"):
+        run_settings(paper_config["training"], 10, 0)
+
+
+def test_parallel_layout_of_f1_and_its_limits(paper_config):
+    layout = Parallelism.from_config(paper_config["training"]["parallelism"])
+    assert (layout.world_size, layout.data_parallel) == (128, 64)
+    for key, value, message in [
+        ("pipeline", 2, "pipeline"),
+        ("context", 2, "context"),
+        ("sequence_parallel", False, "sequence_parallel"),
+        ("expert", 48, "expert"),
+    ]:
+        block = dict(paper_config["training"]["parallelism"], **{key: value})
+        with pytest.raises(UserInputError, match=f"training.parallelism.{message}"):
+            Parallelism.from_config(block)
+
+
+def test_router_settings_of_a_plain_condition():
+    assert router_settings(Objective()) == {
+        "moe_router_load_balancing_type": "none",
+        "moe_aux_loss_coeff": 0.0,
+        "moe_z_loss_coeff": None,
+        "moe_router_bias_update_rate": 0.0,
+        "moe_router_fusion": False,
+        "moe_router_dtype": "fp32",
+        "moe_expert_capacity_factor": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return toy_tokenizer()
+
+
+def _table(tokenizer, prompts, answers, max_length=64):
+    return SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], max_length))
+
+
+def test_batch_spans_are_the_local_backends_spans_of_each_row(tokenizer):
+    prompts, answers = toy_rows(6)
+    table = _table(tokenizer, prompts, answers)
+    rows = np.array([4, 1])
+    encoded = [answer_span_mask(tokenizer, prompts[r], answers[r], 64) for r in rows]
+    seq = max(len(ids) for ids, _ in encoded) + 3  # Bridge pads past the longest row
+    tokens = torch.full((2, seq), tokenizer.eos_token_id)
+    for b, (ids, _) in enumerate(encoded):
+        tokens[b, : len(ids) - 1] = torch.tensor(ids[:-1])  # tokens = the sequence without its last token
+    spans = batch_span_ids(tokens, rows, table)
+    for b, (ids, row_spans) in enumerate(encoded):
+        assert spans[b, : len(ids) - 1].tolist() == row_spans[:-1]
+        assert (spans[b, len(ids) :] == -1).all()
+        assert set(row_spans) == {-1, 0, 1}
+
+
+def test_a_token_mismatch_names_the_row(tokenizer):
+    prompts, answers = toy_rows(3)
+    table = _table(tokenizer, prompts, answers)
+    ids, _ = answer_span_mask(tokenizer, prompts[2], answers[2], 64)
+    tokens = torch.tensor([ids[:-1]])
+    tokens[0, 5] = (tokens[0, 5] + 1) % 300
+    with pytest.raises(ValueError, match="split row 2: the chat dataset's token 5"):
+        batch_span_ids(tokens, np.array([2]), table)
+
+
+def test_row_ids_from_metadata_and_their_errors():
+    assert row_ids([{"prior_row": 3}, {"prior_row": 0}], 5).tolist() == [3, 0]
+    with pytest.raises(ValueError, match="sample 1 has no 'prior_row'"):
+        row_ids([{"prior_row": 3}, {}], 5)
+    with pytest.raises(ValueError, match="prior_row 9 outside the split's 5 rows"):
+        row_ids([{"prior_row": 9}], 5)
+
+
+def test_gather_prior_reads_the_rows_of_the_memory_map(tmp_path):
+    prior = np.random.default_rng(0).random((6, 2, 3, 4)).astype(np.float32)
+    np.save(tmp_path / "prior.npy", prior)
+    mapped = np.load(tmp_path / "prior.npy", mmap_mode="r")
+    got = gather_prior(mapped, np.array([5, 0, 5]))
+    assert got.dtype == torch.float32 and torch.equal(got, torch.from_numpy(prior[[5, 0, 5]]))
+
+
+def test_chat_dataset_lines_carry_the_row_id(tmp_path):
+    prompts, answers = toy_rows(3)
+    path = write_chat_dataset(prompts, answers, tmp_path)
+    assert path == tmp_path / TRAINING_FILE
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["prior_row"] for line in lines] == [0, 1, 2]
+    assert lines[1]["messages"] == [
+        {"role": "user", "content": prompts[1]},
+        {"role": "assistant", "content": answers[1]},
+    ]
+
+
+def _checkpoint(save, iteration, complete=True):
+    folder = resume.iteration_dir(save, iteration)
+    folder.mkdir(parents=True)
+    (folder / "shard_0.distcp").write_text("w")
+    if complete:
+        for marker in resume.COMPLETE_MARKERS:
+            (folder / marker).write_text("x")
+    return folder
+
+
+def test_resume_takes_the_newest_complete_checkpoint_never_a_half_written_one(tmp_path):
+    save = tmp_path / "checkpoints"
+    assert resume.latest_complete(save) is None
+    _checkpoint(save, 100)
+    _checkpoint(save, 200)
+    _checkpoint(save, 300, complete=False)  # killed mid-save
+    (save / resume.TRACKER).write_text("300\n")
+    assert resume.latest_complete(save) == 200
+    assert resume.record_start(tmp_path, None) == [0]
+    assert resume.record_start(tmp_path, 200) == [0, 200]
+
+
+def test_finish_moves_the_final_checkpoint_with_its_own_tracker(tmp_path):
+    save, out = tmp_path / "checkpoints", tmp_path / "final"
+    _checkpoint(save, 782)
+    moved = resume.finish(save, out, 782)
+    assert moved == out / "iter_0000782" and (moved / "train_state.pt").is_file()
+    assert (out / resume.TRACKER).read_text() == "782\n"
+    _checkpoint(save, 800, complete=False)
+    with pytest.raises(RuntimeError, match="incomplete"):
+        resume.finish(save, tmp_path / "other", 800)
+
+
+def test_launch_line_runs_one_torchrun_per_node_with_a_c10d_rendezvous():
+    entry = ["train", "megatron", "--seed", "42"]
+    command = torchrun_command(16, 8, entry, "srun", head="gpu-a17", port=29500, job_id="991")
+    assert command[:4] == ["srun", "--nodes=16", "--ntasks=16", "--ntasks-per-node=1"]
+    assert command[4:10] == [
+        "torchrun",
+        "--nnodes=16",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=gpu-a17:29500",
+        "--rdzv-id=991",
+    ]
+    assert command[10:] == ["-m", "workflow_scripts", *entry]
+    assert torchrun_command(1, 8, entry) == [
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node=8",
+        "-m",
+        "workflow_scripts",
+        *entry,
+    ]
+    with pytest.raises(UserInputError, match="SLURM allocation"):
+        torchrun_command(2, 8, entry)
