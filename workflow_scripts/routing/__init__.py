@@ -6,4 +6,6 @@
   z-loss).
 * ``workflow_scripts.routing.hf``: applies them to transformers MoE gates by a per-instance
   forward override, and records the unbiased router logits.
+* ``workflow_scripts.routing.megatron``: applies them inside Megatron-Core's ``TopKRouter`` (a
+  subclass overriding ``routing()`` only, swapped onto built routers); imports Megatron-Core.
 """
