@@ -38,6 +38,16 @@ def alternatives(values):
 # so every table and figure is a target at both scales.
 TRAINING_BACKEND = config["training"]["backend"]
 PARALLELISM = config["training"]["parallelism"]
+# The SLURM request of one Megatron run (training and its launch check share it), covering all
+# nodes of training.parallelism with one task per node; srun starts one torchrun on each.
+MEGATRON_ALLOCATION = dict(
+    nodes=PARALLELISM["nodes"],
+    tasks=PARALLELISM["nodes"],
+    gres=f"gpu:{PARALLELISM['gpus_per_node']}",
+    tasks_per_gpu=0,
+    mpi="srun",
+    slurm_extra="'--ntasks-per-node=1 --exclusive'",
+)
 # The Megatron rules run in an apptainer image (training.container) or, without one, in their conda env.
 MEGATRON_CONTAINER = config["training"]["container"]
 MEGATRON_CONDA = None if MEGATRON_CONTAINER else "../envs/megatron.yaml"

@@ -95,12 +95,7 @@ rule train_megatron:
         nodes=PARALLELISM["nodes"],
         gpus=PARALLELISM["gpus_per_node"],
     resources:
-        nodes=PARALLELISM["nodes"],
-        tasks=PARALLELISM["nodes"],
-        gres=f"gpu:{PARALLELISM['gpus_per_node']}",
-        tasks_per_gpu=0,
-        mpi="srun",
-        slurm_extra="'--ntasks-per-node=1 --exclusive'",
+        **MEGATRON_ALLOCATION,
     log:
         "logs/megatron/train/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
@@ -113,6 +108,26 @@ rule train_megatron:
         " --seed {wildcards.seed} {params.prior} --bias-in-gate-weights {params.bias_in_gate_weights}"
         " --moe-layers {params.moe_layers} --work {params.work:q} --out {output.megatron:q} --record {output.record:q}"
         " --provenance {output.provenance:q} > {log:q} 2>&1"
+
+
+# The training rule's allocation and launch line with a rendezvous report instead of training:
+# `snakemake --profile slurm results/megatron/launch_check.txt` before spending GPU-days.
+rule megatron_launch_check:
+    output:
+        report="results/megatron/launch_check.txt",
+    params:
+        nodes=PARALLELISM["nodes"],
+        gpus=PARALLELISM["gpus_per_node"],
+    resources:
+        **MEGATRON_ALLOCATION,
+    log:
+        "logs/megatron/launch_check.log",
+    conda:
+        MEGATRON_CONDA
+    container: MEGATRON_CONTAINER
+    shell:
+        "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
+        " --launcher {resources.mpi} -- train megatron-rendezvous --out {output.report:q} > {log:q} 2>&1"
 
 
 rule export_megatron:

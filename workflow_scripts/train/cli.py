@@ -208,6 +208,12 @@ def _launch(args: argparse.Namespace) -> None:
     run_launch(args)
 
 
+def _rendezvous(args: argparse.Namespace) -> None:
+    from workflow_scripts.train.megatron.launch import rendezvous_report
+
+    rendezvous_report(args.out)
+
+
 def write_chat_dataset(args: argparse.Namespace) -> None:
     import pandas as pd
 
@@ -261,6 +267,15 @@ def register(stages: argparse._SubParsersAction) -> None:
     launch.add_argument("--launcher", default="srun", help="the MPI launcher resource (srun)")
     launch.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node")
     launch.add_argument("entry", nargs=argparse.REMAINDER, help="-- then the workflow_scripts command to run")
+
+    rendezvous = add_command(
+        commands,
+        "megatron-rendezvous",
+        _rendezvous,
+        "under megatron-launch: join the job's process group and report every rank (a launch check)",
+        outputs=("out",),
+    )
+    rendezvous.add_argument("--out", required=True, help="report: one line per rank, the rendezvous address")
 
     chat = add_command(
         commands,

@@ -75,3 +75,44 @@ def run_launch(args: argparse.Namespace) -> None:
     status = subprocess.run(command).returncode
     if status:
         raise SystemExit(status)
+
+
+def rendezvous_report(out: str) -> None:
+    """Join the job's process group and write who joined: a launch check without training.
+
+    Every rank (under ``torchrun``) initialises the default group (NCCL when it has a GPU, gloo
+    otherwise), gathers each rank's host, node rank and local rank, and rank 0 writes one line
+    per rank plus the rendezvous address to ``out``. A wrong allocation, launcher or
+    rendezvous fails here in seconds instead of after a model has loaded.
+    """
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from workflow_scripts.atomic import write_text
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    me = {
+        "host": socket.gethostname(),
+        "slurm_node": os.environ.get("SLURMD_NODENAME", ""),
+        "node_rank": int(os.environ["GROUP_RANK"]),
+        "rank": dist.get_rank(),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+    }
+    everyone: list[dict] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(everyone, me)
+    if dist.get_rank() == 0:
+        address = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        lines = [f"world {dist.get_world_size()} rendezvous {address} backend {backend}"]
+        lines += [
+            f"rank {m['rank']} node_rank {m['node_rank']} local_rank {m['local_rank']} "
+            f"host {m['host']} slurm_node {m['slurm_node']}"
+            for m in sorted(everyone, key=lambda m: m["rank"])
+        ]
+        print("\n".join(lines), flush=True)
+        write_text(out, "\n".join(lines) + "\n")
+    dist.destroy_process_group()
