@@ -216,3 +216,25 @@ def test_launch_line_runs_one_torchrun_per_node_with_a_c10d_rendezvous():
     ]
     with pytest.raises(UserInputError, match="SLURM allocation"):
         torchrun_command(2, 8, entry)
+
+
+def test_launch_check_without_slurm_runs_torchrun_standalone_and_reports_every_rank(tmp_path):
+    """The launch line end to end on one machine: two ranks join, rank 0 writes who joined."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    out = tmp_path / "launch_check.txt"
+    command = [sys.executable, "-m", "workflow_scripts", "train", "megatron-launch", "--nodes", "1"]
+    command += ["--gpus-per-node", "2", "--", "train", "megatron-rendezvous", "--out", str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("world 2 rendezvous ") and lines[0].endswith(" backend gloo")
+    assert [line.split()[:6] for line in lines[1:]] == [
+        ["rank", "0", "node_rank", "0", "local_rank", "0"],
+        ["rank", "1", "node_rank", "0", "local_rank", "1"],
+    ]
