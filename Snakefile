@@ -1,7 +1,7 @@
 """rpb-repro: reproduce every table and figure of "Router Prior Bias" (Lee et al., 2026).
 
     snakemake --profile profiles/local    # toy scale, one machine, minutes
-    snakemake --profile profiles/slurm    # paper scale, H200 nodes through SLURM
+    snakemake --profile slurm             # paper scale, H200 nodes through SLURM (profiles/slurm)
     snakemake results/provenance/table5.json --profile profiles/local   # one table's closure
 """
 

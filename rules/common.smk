@@ -1,5 +1,6 @@
 # Registry loading, wildcard constraints, input functions and target lists.
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -9,6 +10,11 @@ from workflow_scripts import forkserver, layout, registry
 
 registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.json")
 registry.cap_seeds(config)
+
+# Every job imports this checkout's workflow_scripts, whichever environment runs it (a conda env,
+# a stage module's venv, the Megatron image): environments hold dependencies only, never a copy of
+# the code that could go stale against the commit provenance records.
+shell.prefix(f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
 
 # Local runs may keep torch imported between jobs (workflow_scripts/forkserver.py).

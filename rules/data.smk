@@ -14,6 +14,8 @@ rule download_dataset:
         "logs/data/download/{dataset}/{subset}.log",
     conda:
         "../envs/data.yaml"
+    envmodules:
+        "rpb/data",
     cache: "omit-software"
     resources:
         runtime=240,
@@ -38,6 +40,8 @@ rule generate_toy_dataset:
         "logs/data/toy/{dataset}/{subset}.log",
     conda:
         "../envs/data.yaml"
+    envmodules:
+        "rpb/data",
     shell:
         "python -m workflow_scripts data toy-raw --format {params.format} --subset {wildcards.subset:q}"
         " --rows {params.rows} --seed {params.seed} --bad-fraction {params.bad_fraction}"
@@ -63,6 +67,8 @@ rule build_corpus:
         "logs/data/build/{corpus}.log",
     conda:
         "../envs/data.yaml"
+    envmodules:
+        "rpb/data",
     cache: "omit-software"
     resources:
         runtime=120,

@@ -14,6 +14,8 @@ rule download_benchmark:
         "logs/benchmarks/download/{benchmark}.log",
     conda:
         "../envs/data.yaml"
+    envmodules:
+        "rpb/data",
     cache: "omit-software"
     resources:
         runtime=60,
@@ -33,6 +35,8 @@ rule toy_benchmark:
         "logs/benchmarks/toy/{benchmark}.log",
     conda:
         "../envs/eval.yaml"
+    envmodules:
+        "rpb/eval",
     shell:
         "python -m workflow_scripts evaluate fixture --benchmark {wildcards.benchmark}"
         " --out {output.raw:q} > {log:q} 2>&1"
@@ -56,6 +60,8 @@ rule benchmark_items:
         "logs/benchmarks/items/{benchmark}.log",
     conda:
         "../envs/eval.yaml"
+    envmodules:
+        "rpb/eval",
     shell:
         "python -m workflow_scripts evaluate items --benchmark {wildcards.benchmark} --raw {input.raw:q}"
         " --spec {params.spec:q} --shuffle-seed {params.shuffle_seed} {params.limit}"
@@ -81,6 +87,8 @@ rule generate:
         "logs/evals/generate/{model}/{run}.log",
     conda:
         "../envs/eval.yaml"
+    envmodules:
+        "rpb/eval",
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts evaluate generate --checkpoint {input.checkpoint:q}"
@@ -109,6 +117,8 @@ rule score:
         "logs/evals/score/{model}/{run}.log",
     conda:
         "../envs/eval.yaml"
+    envmodules:
+        "rpb/eval",
     threads: config["evaluation"]["grading_workers"]
     shell:
         "python -m workflow_scripts evaluate score --items {input.benchmark_items:q} --generations {input.generations:q}"

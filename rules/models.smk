@@ -14,6 +14,8 @@ rule download_model:
         "logs/models/download/{model}.log",
     conda:
         "../envs/data.yaml"
+    envmodules:
+        "rpb/data",
     cache: "omit-software"
     resources:
         runtime=240,
@@ -38,6 +40,8 @@ rule toy_base_model:
         "logs/models/toy/{model}.log",
     conda:
         "../envs/train.yaml"
+    envmodules:
+        "rpb/train",
     threads: 2
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts models toy-base --architecture {params.architecture}"

@@ -19,6 +19,8 @@ rule prior:
         "logs/priors/{model}/{corpus}.log",
     conda:
         "../envs/train.yaml"
+    envmodules:
+        "rpb/train",
     threads: 2
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts priors compute --model {input.model:q} --split {input.split:q}"

@@ -18,6 +18,8 @@ rule probe_routes:
         "logs/probe/routes/{model}/{corpus}/{run}.log",
     conda:
         "../envs/train.yaml"
+    envmodules:
+        "rpb/train",
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts probe routes --checkpoint {input.checkpoint:q}"
@@ -37,6 +39,8 @@ rule base_partition:
         "logs/graphs/partition/{model}/{corpus}.log",
     conda:
         "../envs/analysis.yaml"
+    envmodules:
+        "rpb/analysis",
     shell:
         "python -m workflow_scripts probe partition --routes {input.routes:q} --detector {params.detector:q}"
         " --out {output.partition:q} --provenance {output.provenance:q} > {log:q} 2>&1"
@@ -58,6 +62,8 @@ rule retention:
         "logs/graphs/retention/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
         "../envs/analysis.yaml"
+    envmodules:
+        "rpb/analysis",
     shell:
         "python -m workflow_scripts probe retention --routes {input.routes:q} --base-routes {input.base_routes:q}"
         " --partition {input.partition:q} --detector {params.detector:q} --probe {params.probe:q}"
@@ -84,6 +90,8 @@ rule shuffled_priors:
         "logs/priors/shuffle/{model}/{corpus}.log",
     conda:
         "../envs/train.yaml"
+    envmodules:
+        "rpb/train",
     shell:
         "python -m workflow_scripts priors shuffle --prior {input.prior:q} --partition {input.partition:q}"
         " --top-k {params.top_k} --seed {params.seed} --validation-seeds {params.seeds} --rhos {params.rhos}"

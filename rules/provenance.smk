@@ -20,6 +20,8 @@ rule provenance_manifest:
         "logs/provenance/{output}.log",
     conda:
         "../envs/analysis.yaml"
+    envmodules:
+        "rpb/analysis",
     shell:
         "python -m workflow_scripts provenance manifest --output-id {wildcards.output}"
         " --entry {params.entry:q} --closure {params.closure:q} --config {params.config:q}"

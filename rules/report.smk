@@ -22,6 +22,8 @@ rule table:
         "logs/report/{table}.log",
     conda:
         "../envs/analysis.yaml"
+    envmodules:
+        "rpb/analysis",
     shell:
         "python -m workflow_scripts report table --id {wildcards.table} --config {params.config:q}"
         " --results results {params.reference} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q}"
@@ -48,6 +50,8 @@ rule figure:
         "logs/report/{figure}.log",
     conda:
         "../envs/analysis.yaml"
+    envmodules:
+        "rpb/analysis",
     shell:
         "python -m workflow_scripts report figure --id {wildcards.figure} --config {params.config:q}"
         " --results results --data {output.data:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"

@@ -25,6 +25,8 @@ rule train_local:
         "logs/train/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
         "../envs/train.yaml"
+    envmodules:
+        "rpb/train",
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts train run --base {input.base:q} --split {input.split:q}"
@@ -49,6 +51,8 @@ rule megatron_import:
         "logs/megatron/import/{model}.log",
     conda:
         MEGATRON_CONDA
+    envmodules:
+        "rpb/megatron",
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-import --hf-base {input.base:q} --out {output.megatron:q}"
@@ -64,6 +68,8 @@ rule chat_dataset:
         "logs/megatron/datasets/{corpus}.log",
     conda:
         MEGATRON_CONDA
+    envmodules:
+        "rpb/megatron",
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train chat-dataset --split {input.split:q} --out {output.dataset:q} > {log:q} 2>&1"
@@ -100,6 +106,8 @@ rule train_megatron:
         "logs/megatron/train/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
         MEGATRON_CONDA
+    envmodules:
+        "rpb/megatron",
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
@@ -124,6 +132,8 @@ rule megatron_launch_check:
         "logs/megatron/launch_check.log",
     conda:
         MEGATRON_CONDA
+    envmodules:
+        "rpb/megatron",
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
@@ -144,6 +154,8 @@ rule export_megatron:
         "logs/megatron/export/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
         MEGATRON_CONDA
+    envmodules:
+        "rpb/megatron",
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-export --hf-base {input.hf_base:q} --megatron {input.megatron:q}"

