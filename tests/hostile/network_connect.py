@@ -1,7 +1,9 @@
-"""Network access: connects to a TCP port on 127.0.0.1 and to an abstract unix socket.
+"""Network access: connects to a TCP port on 127.0.0.1, an abstract unix socket and a socket file.
 
-Both are listened on by the caller (``PORT`` and ``ABSTRACT`` in the environment), so outside a
-network namespace the connections would succeed. Prints what connected.
+All three are listened on by the caller (``PORT``, ``ABSTRACT`` and ``SOCKET`` in the
+environment), so outside a network namespace the connections would succeed. The socket file lies
+under /run, where a user's bus, agents and daemons listen; a network namespace does not stop a
+connection by path, only the file's permissions or its absence do. Prints what connected.
 """
 
 import os
@@ -18,6 +20,7 @@ def connect(family, address):
 for label, family, address in [
     ("tcp", socket.AF_INET, ("127.0.0.1", int(os.environ["PORT"]))),
     ("abstract unix", socket.AF_UNIX, "\0" + os.environ["ABSTRACT"]),
+    ("unix file", socket.AF_UNIX, os.environ["SOCKET"]),
 ]:
     try:
         connect(family, address)

@@ -182,14 +182,25 @@ def run_score(args: argparse.Namespace) -> None:
     import pyarrow as pa
 
     from workflow_scripts.evaluate.grading import SCORE_COLUMNS, grade, summarize
-    from workflow_scripts.evaluate.sandbox import Limits
+    from workflow_scripts.evaluate.sandbox import IsolationUnavailable, Limits
 
     items = _read_items(args.items)
     generations = _read_parquet(args.generations, "--generations")
+    sandbox = dict(args.limits)
+    allow_unisolated = bool(sandbox.pop("allow_unisolated", False))
     started = time.perf_counter()
     try:
-        scores = grade(items, generations, Limits(**args.limits), args.workers, args.math_timeout)
+        scores = grade(
+            items, generations, Limits(**sandbox), args.workers, args.math_timeout, allow_unisolated
+        )
         benchmarks = summarize(scores, args.repeats)
+    except IsolationUnavailable as error:
+        raise UserInputError(
+            f"{error}. Model-written code would run as this user, able to use the network, write "
+            "wherever this user may and outlive its timeout. Run as root, or where unprivileged "
+            "user namespaces work (see the warning above), or set evaluation.sandbox.allow_unisolated: "
+            "true to accept that"
+        ) from error
     except ValueError as error:
         raise UserInputError(f"--generations {args.generations}: {error}") from error
     write_parquet(pa.Table.from_pandas(scores[list(SCORE_COLUMNS)], preserve_index=False), args.scores)
@@ -285,7 +296,9 @@ def register(stages: argparse._SubParsersAction) -> None:
         "--limits",
         type=json_argument,
         required=True,
-        help="sandbox limits (JSON: timeout_s, memory_mb, ...) for code benchmarks",
+        help="sandbox limits (JSON: timeout_s, memory_mb, ...) for code benchmarks, and allow_unisolated "
+        "(true: run code with only a process group and rlimits where no namespace isolation works; "
+        "default false: refuse)",
     )
     score.add_argument("--workers", type=int, default=2, help="parallel sandboxed programs")
     score.add_argument("--math-timeout", type=float, default=5.0, help="seconds per math-verify check")

@@ -20,7 +20,7 @@ from workflow_scripts.evaluate.extraction import (
     extract_math_answer,
     strip_reasoning,
 )
-from workflow_scripts.evaluate.sandbox import Job, Limits, run_all
+from workflow_scripts.evaluate.sandbox import Job, Limits, require_isolation, run_all
 
 # ``task``: a LiveBench item's task (its category score averages over tasks); empty for other benchmarks.
 SCORE_COLUMNS = ("benchmark", "item_id", "task", "repeat", "seed", "score", "extracted")
@@ -80,7 +80,7 @@ def _grade_choice(rows: pd.DataFrame) -> Graded:
     return scores, extracted
 
 
-def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int) -> Graded:
+def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int, allow_unisolated: bool) -> Graded:
     """Run each distinct extracted program once in the sandbox; a response without code scores 0."""
     extracted = [extract_code(strip_reasoning(text)) for text in rows["response"]]
     programs: list[str | None] = [
@@ -88,15 +88,18 @@ def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int) -> Graded:
         for code, (_, item) in zip(extracted, rows.iterrows(), strict=True)
     ]
     distinct = sorted({p for p in programs if p is not None})
-    outcomes = run_all([Job(source) for source in distinct], limits, workers)
+    isolation = require_isolation(allow_unisolated) if distinct else None
+    outcomes = run_all([Job(source) for source in distinct], limits, workers, isolation=isolation)
     passed = {source: outcome.status == "passed" for source, outcome in zip(distinct, outcomes, strict=True)}
     return [float(p is not None and passed[p]) for p in programs], extracted
 
 
-def _grade_livebench(rows: pd.DataFrame, limits: Limits, workers: int) -> Graded:
-    from workflow_scripts.evaluate.livebench.scoring import score_many
+def _grade_livebench(rows: pd.DataFrame, limits: Limits, workers: int, allow_unisolated: bool) -> Graded:
+    from workflow_scripts.evaluate.livebench.scoring import score_many, scorer_name
 
     questions = [livebench_question(item) for _, item in rows.iterrows()]
+    if any(scorer_name(question) == "coding" for question in questions):
+        require_isolation(allow_unisolated)  # score_many's sandbox runs use the isolation detected here
     scores = score_many(questions, list(rows["response"]), workers=workers, limits=limits)
     return [float(s) for s in scores], [None] * len(rows)
 
@@ -107,8 +110,13 @@ def grade(
     limits: Limits,
     workers: int,
     math_timeout_s: float,
+    allow_unisolated: bool = False,
 ) -> pd.DataFrame:
-    """Score every generation against its item; a generation without an item is an error naming it."""
+    """Score every generation against its item; a generation without an item is an error naming it.
+
+    Code runs only in an isolating sandbox unless ``allow_unisolated``
+    (:func:`~workflow_scripts.evaluate.sandbox.require_isolation`).
+    """
     merged = generations.merge(
         items, on=["benchmark", "item_id"], how="left", validate="many_to_one", indicator=True
     )
@@ -127,9 +135,9 @@ def grade(
         elif grader == "multiple_choice":
             values, found = _grade_choice(rows)
         elif grader in PROGRAMS:
-            values, found = _grade_code(rows, limits, workers)
+            values, found = _grade_code(rows, limits, workers, allow_unisolated)
         elif grader == "livebench":
-            values, found = _grade_livebench(rows, limits, workers)
+            values, found = _grade_livebench(rows, limits, workers, allow_unisolated)
         else:
             raise ValueError(f"unknown grader {grader!r} (benchmark {rows['benchmark'].iloc[0]!r})")
         positions = merged.index.get_indexer(rows.index)

@@ -14,7 +14,7 @@ Between the caller and the program sits a launcher (:func:`launcher_main`, this 
 a bare interpreter). It reports its pid and the program's exit status over a pipe, so a program's
 exit code 137 and a death by SIGKILL stay distinct. The program starts with
 ``no_new_privs`` set, so set-user-ID binaries give it nothing. The isolation is detected once per
-process (:func:`detect_isolation`):
+process (:func:`detect_isolation`), the strongest that works:
 
 ``Isolation.NAMESPACES`` (root, util-linux ``unshare``): the launcher is pid 1 of new PID,
 network, mount, IPC and UTS namespaces and runs the program as its child.
@@ -37,11 +37,23 @@ network, mount, IPC and UTS namespaces and runs the program as its child.
   Interpreter directories under a directory that other users cannot enter (pyenv under
   ``/root``) are bind-mounted read-only into a tmpfs over that directory, which hides the rest.
 
+``Isolation.USER_NAMESPACES`` (any other user, util-linux ``unshare``, unprivileged user
+namespaces, Linux >= 5.14): the same namespaces and launcher inside a new user namespace in which
+the caller is mapped to root, so the launcher may mount but the program keeps the caller's uid on
+the host. File permissions protect nothing then, so the launcher makes every mount read-only
+(``mount_setattr``), mounts a fresh ``/proc`` (only the namespace's processes) and a ``/dev``
+holding only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty``, and hides ``/run``
+(the user's bus, agent and daemon sockets) and the caller's home under tmpfs; the private tmpfs
+mounts, interpreter exposure and teardown are those above. The program runs as uid 0 of the
+namespace with an empty capability bounding set, so it holds no capability. The process cap is
+explained in :func:`rlimits`.
+
 Memory is bounded per process (RLIMIT_AS), so one program may hold up to ``Limits.processes``
 times ``Limits.memory_mb``; only a cgroup memory limit would bound the sum.
 
 ``Isolation.PROCESS_GROUP`` (anything else, announced by one ``RuntimeWarning``): a new session
 whose process group is SIGKILLed at the timeout, and the rlimits except the process count.
+:func:`require_isolation` refuses it unless the caller allows running unisolated.
 
 A failure of the sandbox itself raises :class:`SandboxError` rather than being scored as a
 failed program. Linux only (namespaces, ``/proc``, ``prctl``).
@@ -78,6 +90,18 @@ if TYPE_CHECKING:
 PROGRAM_NAME = "program.py"
 # World-writable directories of a Linux system; private (and emptied) in the mount namespace.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# USER_NAMESPACES: hidden under tmpfs, as the program keeps the caller's uid (the home is added).
+USER_HIDDEN_DIRS = ("/dev", "/run", "/var/run")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+DEVICE_LINKS = (
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+)
+# USER_NAMESPACES: tasks of the program's user namespace that are not the program's: unshare
+# (which entered the namespace before forking) and the launcher.
+USERNS_SANDBOX_TASKS = 2
 PATH = "/usr/local/bin:/usr/bin:/bin"
 # Program uids: UID_BASE + (pid << 8) + slot, below 2**32 - 1 for pid_max <= 2**22. Nothing allocates
 # uids at or above 2**31 (systemd's conventions avoid them, sssd and container ranges end below), so
@@ -90,21 +114,48 @@ DRAIN_IDLE_S = 0.1  # stop draining output when nothing arrives for this long af
 TEARDOWN_S = 30.0  # longest wait for the kernel to empty a PID namespace
 GROUP_POLL_S = 0.005  # how often a process group is checked for survivors
 PROBE_TIMEOUT_S = 30.0
-# Run once under NAMESPACES to confirm them: another uid, and no network.
-PROBE_SOURCE = """\
+PROBE_PROCESSES = 4
+# Run once per isolating mode to confirm it: no network, no capability, no writable /, and a
+# process cap that counts the program's own tasks only (the caller's are outside the count).
+PROBE_SOURCE = f"""\
 import errno, os, socket
-assert os.getuid() != 0, "still root"
 try:
     socket.create_connection(("127.0.0.1", 9), 1)
 except OSError as exc:
     assert exc.errno == errno.ENETUNREACH, exc
 else:
     raise AssertionError("the network is reachable")
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+assert int(status["CapEff"], 16) == 0, "the program holds capabilities"
+try:
+    open("/sandbox-probe", "x")
+except OSError as exc:
+    assert exc.errno in (errno.EACCES, errno.EROFS), exc
+else:
+    raise AssertionError("/ is writable")
+read, write = os.pipe()
+forks = 0
+while forks < {2 * PROBE_PROCESSES}:
+    try:
+        child = os.fork()
+    except BlockingIOError:
+        break
+    if child == 0:
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    forks += 1
+assert forks + 1 == {PROBE_PROCESSES}, (
+    f"{{forks + 1}} processes under a cap of {PROBE_PROCESSES}: RLIMIT_NPROC does not count "
+    "exactly the sandbox's processes (it binds no root, and before Linux 5.14 counts all the user's)"
+)
 """
 
-_MS_NOSUID, _MS_NODEV, _MS_RDONLY = 0x2, 0x4, 0x1
+_MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MS_NOEXEC = 0x2, 0x4, 0x1, 0x8
 _MS_REMOUNT, _MS_BIND, _MS_REC = 0x20, 0x1000, 0x4000
-_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
+# mount_setattr(2), Linux >= 5.12; one number on every architecture but alpha (new syscalls since 424).
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1
 
 
 @dataclass(frozen=True)
@@ -153,11 +204,16 @@ class Isolation(enum.Enum):
     """How strongly programs are isolated (module docstring)."""
 
     NAMESPACES = "namespaces"
+    USER_NAMESPACES = "user_namespaces"
     PROCESS_GROUP = "process_group"
 
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed; the program's result is unknown, not wrong."""
+
+
+class IsolationUnavailable(RuntimeError):
+    """Only the process-group fallback works here, and running unisolated was not allowed."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +228,8 @@ class Plan:
     uid: int | None  # None: keep the caller's uid
     tmpfs: list[tuple[str, str]]  # (mount point, tmpfs options), outermost first
     expose: list[str]  # interpreter directories to bind back, read-only, under those mounts
+    devices: list[str]  # device nodes to bind into a tmpfs /dev (USER_NAMESPACES)
+    sealed: bool  # read-only mounts, a fresh /proc, no capabilities (USER_NAMESPACES)
 
 
 def run(job: Job, limits: Limits = Limits(), *, isolation: Isolation | None = None) -> Outcome:
@@ -193,40 +251,67 @@ def run_all(
 
 
 _DETECT_LOCK = threading.Lock()
-_DETECTED: list[Isolation] = []
+_DETECTED: list[tuple[Isolation, str]] = []  # (isolation, why the stronger modes are unavailable)
 
 
 def detect_isolation() -> Isolation:
     """The strongest isolation this machine supports, probed once per process.
 
-    Falling back to ``PROCESS_GROUP`` issues a single ``RuntimeWarning`` naming the reason and
+    Falling back to ``PROCESS_GROUP`` issues a single ``RuntimeWarning`` naming the reasons and
     what a program can then do.
     """
+    return _detected()[0]
+
+
+def require_isolation(allow_unisolated: bool) -> Isolation:
+    """:func:`detect_isolation`, raising :class:`IsolationUnavailable` for the fallback unless allowed.
+
+    Grading runs model-written code; without isolation it runs as the grading user, so a job must
+    opt in to that explicitly rather than degrade silently.
+    """
+    isolation, reasons = _detected()
+    if isolation is Isolation.PROCESS_GROUP and not allow_unisolated:
+        raise IsolationUnavailable(f"the code sandbox cannot isolate programs here ({reasons})")
+    return isolation
+
+
+def _detected() -> tuple[Isolation, str]:
     if not sys.platform.startswith("linux"):
         raise SandboxError(f"the sandbox needs Linux (namespaces, /proc, prctl), not {sys.platform}")
     with _DETECT_LOCK:
         if not _DETECTED:
-            reason = _namespaces_unavailable()
-            if reason:
-                warnings.warn(degraded_message(reason), RuntimeWarning, stacklevel=2)
-            _DETECTED.append(Isolation.PROCESS_GROUP if reason else Isolation.NAMESPACES)
+            reasons = []
+            for isolation in (Isolation.NAMESPACES, Isolation.USER_NAMESPACES):
+                reason = unavailable(isolation)
+                if not reason:
+                    _DETECTED.append((isolation, "; ".join(reasons)))
+                    break
+                reasons.append(f"{isolation.value}: {reason}")
+            else:
+                warnings.warn(degraded_message("; ".join(reasons)), RuntimeWarning, stacklevel=3)
+                _DETECTED.append((Isolation.PROCESS_GROUP, "; ".join(reasons)))
         return _DETECTED[0]
 
 
-def _namespaces_unavailable() -> str:
-    """Why namespace isolation cannot be used here ("" when it can), by running a probe program."""
+def unavailable(isolation: Isolation) -> str:
+    """Why ``isolation`` cannot be used here ("" when it can), by running a probe program (not cached)."""
     import shutil
 
-    if os.geteuid() != 0:
+    if isolation is Isolation.PROCESS_GROUP:
+        return ""
+    if isolation is Isolation.NAMESPACES and os.geteuid() != 0:
         return "not running as root"
+    if isolation is Isolation.USER_NAMESPACES and os.geteuid() == 0:
+        return "RLIMIT_NPROC does not bind root, so root uses namespaces"
     if shutil.which("unshare") is None:
         return "util-linux `unshare` is not on PATH"
+    limits = Limits(timeout_s=PROBE_TIMEOUT_S, processes=PROBE_PROCESSES)
     try:
-        outcome = _execute(Job(PROBE_SOURCE), Limits(timeout_s=PROBE_TIMEOUT_S), Isolation.NAMESPACES)
+        outcome = _execute(Job(PROBE_SOURCE), limits, isolation)
     except (OSError, SandboxError) as exc:
-        return f"the namespace probe failed: {exc}"
+        return f"the probe failed: {exc}"
     if outcome.status != "passed":
-        return f"the namespace probe ended {outcome.status}: {outcome.stderr.strip()[-300:]}"
+        return f"the probe ended {outcome.status}: {outcome.stderr.strip()[-300:]}"
     return ""
 
 
@@ -237,7 +322,9 @@ def degraded_message(reason: str) -> str:
         "with rlimits only, as the current user, without PID, network or mount namespaces. "
         "A program can then reach the network, write and delete wherever this user can, start "
         "processes without bound, and outlive its timeout by calling setsid(). Run as root with "
-        "util-linux `unshare` for the full sandbox."
+        "util-linux `unshare`, or as a user allowed unprivileged user namespaces (Linux >= 5.14, "
+        "sysctl user.max_user_namespaces > 0, and kernel.apparmor_restrict_unprivileged_userns=0 "
+        "on Ubuntu >= 23.10), for an isolating sandbox."
     )
 
 
@@ -284,9 +371,23 @@ def environment(workdir: str) -> dict[str, str]:
 def rlimits(limits: Limits, isolation: Isolation) -> list[tuple[int, int, int]]:
     """(resource, soft, hard) set in the program's process before it starts.
 
-    CPU seconds stop a spinning program a little after the wall-clock timeout would; the process
-    count binds only under a uid of its own (``NAMESPACES``), since RLIMIT_NPROC counts every
-    process of the uid and does not bind root.
+    CPU seconds stop a spinning program a little after the wall-clock timeout would. The process
+    count is RLIMIT_NPROC, which the kernel checks at each fork against the tasks of the forking
+    task's uid, and which never binds root:
+
+    - ``NAMESPACES``: the uid is the worker slot's own, so the count is the program's processes
+      and threads alone.
+    - ``USER_NAMESPACES``: the program keeps the caller's uid, whose count on the host includes
+      the grader and every concurrent run, so a cap there would either starve honest programs or
+      bound nothing. Since Linux 5.14 the count is kept per user namespace (and charged to every
+      parent namespace): each run's fresh user namespace counts only its own tasks, that is the
+      program's plus ``USERNS_SANDBOX_TASKS``, which the limit adds. A fork bomb is thus bounded
+      per run, and the grader, whose own limit is untouched, gains at most ``workers`` times
+      ``Limits.processes`` plus those tasks. The probe (:func:`unavailable`) checks the count
+      exactly, so an older kernel makes the mode unavailable rather than unbounded. A cgroup
+      ``pids`` limit would need a delegated, writable hierarchy, rare for cluster jobs; distinct
+      uids would need root or ``newuidmap`` and subordinate uid ranges.
+    - ``PROCESS_GROUP``: no process count.
     """
     mib = 1 << 20
     cpu = math.ceil(limits.timeout_s) + 1
@@ -299,6 +400,9 @@ def rlimits(limits: Limits, isolation: Isolation) -> list[tuple[int, int, int]]:
     ]
     if isolation is Isolation.NAMESPACES:
         out.append((resource.RLIMIT_NPROC, limits.processes, limits.processes))
+    elif isolation is Isolation.USER_NAMESPACES:
+        tasks = limits.processes + USERNS_SANDBOX_TASKS
+        out.append((resource.RLIMIT_NPROC, tasks, tasks))
     return out
 
 
@@ -341,21 +445,29 @@ def _closed_to_others(path: str) -> str | None:
     return None
 
 
+def _hidden_dirs(interpreter: Sequence[str], isolation: Isolation) -> list[str]:
+    """Directories to replace by a tmpfs: those that keep the program's uid from the interpreter
+    (``NAMESPACES``), or those a program keeping the caller's uid must not see (``USER_NAMESPACES``).
+    """
+    if isolation is Isolation.NAMESPACES:
+        return sorted({h for h in map(_closed_to_others, interpreter) if h is not None})
+    candidates = {*USER_HIDDEN_DIRS, os.path.realpath(os.path.expanduser("~"))} - {"/"}
+    return sorted(d for d in candidates if os.path.isdir(d) and not os.path.islink(d))
+
+
 def _plan(workdir: str, uid: int | None, status_fd: int, limits: Limits, isolation: Isolation) -> Plan:
     """The launcher's instructions for one run."""
     mounts: list[tuple[str, str]] = []
     expose: list[str] = []
-    if isolation is Isolation.NAMESPACES:
+    sealed = isolation is Isolation.USER_NAMESPACES
+    if isolation is not Isolation.PROCESS_GROUP:
         interpreter = _interpreter_dirs()
-        hidden = sorted({h for h in map(_closed_to_others, interpreter) if h is not None})
         private = [d for d in PRIVATE_DIRS if os.path.isdir(d) and not os.path.islink(d)]
-        mounts, expose = mount_plan(private, hidden, interpreter, limits.file_size_mb)
-        mounts.append(
-            (
-                workdir,
-                f"mode=0700,uid={uid},gid={uid},size={limits.file_size_mb}m,nr_inodes={TMPFS_INODES}",
-            )
+        mounts, expose = mount_plan(
+            private, _hidden_dirs(interpreter, isolation), interpreter, limits.file_size_mb
         )
+        owner = "" if uid is None else f"uid={uid},gid={uid},"
+        mounts.append((workdir, f"mode=0700,{owner}size={limits.file_size_mb}m,nr_inodes={TMPFS_INODES}"))
     return Plan(
         status_fd=status_fd,
         workdir=workdir,
@@ -365,6 +477,8 @@ def _plan(workdir: str, uid: int | None, status_fd: int, limits: Limits, isolati
         uid=uid,
         tmpfs=mounts,
         expose=expose,
+        devices=[d for d in DEVICES if os.path.exists(d)] if sealed else [],
+        sealed=sealed,
     )
 
 
@@ -384,6 +498,8 @@ def _launcher_command(plan: Plan, isolation: Isolation) -> list[str]:
         return launcher
     unshare = shutil.which("unshare") or "unshare"
     namespaces = ["--pid", "--fork", "--kill-child", "--net", "--mount", "--ipc", "--uts"]
+    if isolation is Isolation.USER_NAMESPACES:
+        namespaces = ["--user", "--map-root-user", *namespaces]
     return [unshare, *namespaces, "--propagation", "private", "--", *launcher]
 
 
@@ -416,7 +532,7 @@ def _launch_and_watch(
             raise
         finally:
             os.close(status_write)
-    namespaced = isolation is Isolation.NAMESPACES
+    namespaced = isolation is not Isolation.PROCESS_GROUP
     with proc, _Watch(proc, status_read, limits.output_bytes, namespaced) as watch:
         stopped = watch.pump(start + limits.timeout_s)
         seconds = time.monotonic() - start
@@ -462,9 +578,9 @@ class _Watch:
     def terminate(self, kill: bool) -> None:
         """Stop what is left of the run (all of it if ``kill``) and wait until it is gone.
 
-        ``NAMESPACES``: SIGKILL only the launcher, so that ``unshare`` reaps it; as pid 1 its exit
-        waits for the kernel to kill everything else in its PID namespace, so once ``unshare``
-        has exited nothing of the program is left. ``PROCESS_GROUP``: SIGKILL the session's
+        Both namespace modes: SIGKILL only the launcher, so that ``unshare`` reaps it; as pid 1
+        its exit waits for the kernel to kill everything else in its PID namespace, so once
+        ``unshare`` has exited nothing of the program is left. ``PROCESS_GROUP``: SIGKILL the session's
         process group (the launcher, the program and whatever stayed in the group), before
         reaping its leader so that the group id cannot have been reused, and wait until no
         member runs.
@@ -594,8 +710,8 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path)
 
 
-# The launcher (`launcher_main`), run by its own interpreter: as root and pid 1 of the namespaces,
-# or as the session leader of a process group. Single-threaded, so forking here is safe.
+# The launcher (`launcher_main`), run by its own interpreter: as (namespace) root and pid 1 of the
+# namespaces, or as the session leader of a process group. Single-threaded, so forking here is safe.
 
 
 def _report(fd: int, line: str) -> None:
@@ -614,12 +730,30 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _libc_call("mount", *encoded[:3], ctypes.c_ulong(flags), encoded[3])
 
 
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+
+
+def _seal_filesystem() -> None:
+    """Make every mount read-only (also those below /), then mount a /proc of this PID namespace."""
+    attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
+    number, directory, flags, size = map(
+        ctypes.c_long, (_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, ctypes.sizeof(attr))
+    )
+    _libc_call("syscall", number, directory, b"/", flags, ctypes.byref(attr), size)
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
 def _private_filesystem(plan: Plan) -> None:
-    """Mount the plan's tmpfs, bind the interpreter back read-only, copy the program in."""
+    """Seal if planned, mount the plan's tmpfs, bind the interpreter and devices back, copy the program in."""
     program = os.path.join(plan.workdir, PROGRAM_NAME)
     with open(program, "rb") as host_copy:
         source = host_copy.read()
-    keep = {d: os.open(d, os.O_PATH | os.O_DIRECTORY) for d in plan.expose}  # before they are hidden
+    # Opened before they are hidden; bound back through /proc/self/fd.
+    keep = {d: os.open(d, os.O_PATH | os.O_DIRECTORY) for d in plan.expose}
+    devices = {d: os.open(d, os.O_PATH) for d in plan.devices}
+    if plan.sealed:
+        _seal_filesystem()
     for target, options in plan.tmpfs:
         os.makedirs(target, mode=0o755, exist_ok=True)
         _mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
@@ -628,6 +762,13 @@ def _private_filesystem(plan: Plan) -> None:
         _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
         _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
         os.close(fd)
+    for target, fd in devices.items():
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o666))
+        _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND)
+        os.close(fd)
+    if plan.devices:
+        for link, target in DEVICE_LINKS:
+            os.symlink(target, link)
     with open(program, "wb") as private_copy:
         private_copy.write(source)
 
@@ -641,6 +782,10 @@ def _become_program(plan: Plan) -> NoReturn:
             os.setgroups([])
             os.setresgid(plan.uid, plan.uid, plan.uid)
             os.setresuid(plan.uid, plan.uid, plan.uid)
+        if plan.sealed:  # namespace root: an empty bounding set leaves exec no capability to grant
+            with open("/proc/sys/kernel/cap_last_cap") as last:
+                for cap in range(int(last.read()) + 1):
+                    _libc_call("prctl", *map(ctypes.c_ulong, (_PR_CAPBSET_DROP, cap, 0, 0, 0)))
         os.chdir(plan.workdir)
         _libc_call("prctl", *map(ctypes.c_ulong, (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)))
         os.execve(plan.argv[0], plan.argv, plan.env)
