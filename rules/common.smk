@@ -19,7 +19,7 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedi
 
 # Local runs may keep torch imported between jobs (workflow_scripts/forkserver.py).
 onstart:
-    if config["fork_server"]:
+    if config["fork_server"] and workflow.local_exec:  # never for jobs a cluster executor submits
         forkserver.start("logs/forkserver.log")
 
 
@@ -52,7 +52,7 @@ MEGATRON_ALLOCATION = dict(
     gres=f"gpu:{PARALLELISM['gpus_per_node']}",
     tasks_per_gpu=0,
     mpi="srun",
-    slurm_extra="'--ntasks-per-node=1 --exclusive'",
+    slurm_extra="--ntasks-per-node=1 --exclusive",
 )
 # The Megatron rules run in an apptainer image (training.container) or, without one, in their conda env.
 MEGATRON_CONTAINER = config["training"]["container"]

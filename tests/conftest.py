@@ -71,3 +71,13 @@ def training_inputs(tmp_path_factory) -> dict[str, Path]:
         "prior": root / "prior.npy",
         "meta": root / "meta.json",
     }
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip ``slurm`` tests unless ``-m`` names them: they need the test cluster and take minutes."""
+    if "slurm" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="needs the test SLURM cluster: bash tests/run_slurm.sh")
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(skip)

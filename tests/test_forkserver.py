@@ -130,6 +130,12 @@ def test_another_interpreter_is_refused_and_runs_its_job_itself(server):
     assert done.returncode == 99, done.stderr
 
 
+def test_a_slurm_job_is_refused_and_runs_in_its_own_allocation(server):
+    """The executor plugin exports the submitting shell's socket variable; a SLURM job must not use it."""
+    status, _, _ = finished(client(server, "tests.forkserver_job", "report", "0", SLURM_JOB_ID="12"))
+    assert status == 99
+
+
 def test_without_a_server_the_client_runs_the_job_itself(tmp_path):
     status, _, _ = finished(client(str(tmp_path / "absent.sock"), "tests.forkserver_job", "report", "0"))
     assert status == 99

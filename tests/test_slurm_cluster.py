@@ -1,0 +1,350 @@
+"""The pipeline through a real SLURM cluster: the two emulated 8-GPU nodes of tests/cluster/slurm.sh.
+
+Table 14's toy closure (trainings, base probes, shuffled priors, generations, scores, the table)
+runs through the SLURM executor with the paper profile in one copy of the checkout and through
+the local profile in another. sacct must then show every job with its rule's request from the
+paper profile, the outputs must match byte for byte, no SLURM job may have run in the local
+fork server, and the Megatron launch check must get two nodes with one torchrun each.
+Run by tests/run_slurm.sh, which brings the cluster up and always tears it down.
+
+The CI cluster's account and partition reach the jobs through a second profile layered after the
+paper one: the paper profile's whole ``default-resources`` block with those two values swapped in
+(a later profile, like ``--default-resources`` on the command line, replaces that block as a
+whole). Everything else is the paper profile as shipped, with two command-line overrides (CI_FLAGS).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.dag import JOB_ENV, ROOT
+
+pytestmark = pytest.mark.slurm
+
+TABLE = "table14"
+TARGET = f"results/tables/{TABLE}.csv"
+LAUNCH_CHECK = "results/megatron/launch_check.txt"
+PAPER_PROFILE = Path("profiles/slurm/config.yaml")
+# The profile as users name it, from the repository root, where the checkout has that link.
+PROFILE = "slurm" if (ROOT / "slurm").exists() else "profiles/slurm"
+# What only a one-machine CI cluster needs. No conda here, and env-modules would load the stage
+# venvs of tests/run_environments.sh; no rule of these targets names a container (training.container
+# is null), so apptainer deploys nothing and jobs run in this interpreter's environment (PATH).
+# The first status check after 5 s instead of 40 s: toy jobs take seconds.
+CI_FLAGS = ["--sdm", "apptainer", "--slurm-init-seconds-before-status-checks", "5"]
+# The launch check at two nodes of two gloo ranks each: torchrun on CPU starts that many processes.
+TWO_NODES = {"training": {"parallelism": {"nodes": 2, "gpus_per_node": 2}}}
+# Provenance fields that describe the run rather than the result: a SLURM and a local run differ there.
+RUN_FIELDS = ("started_utc", "wall_seconds", "slurm_job_id")
+TIMEOUT = 1800
+JOB_FIELDS = (
+    "JobID",
+    "State",
+    "ExitCode",
+    "Account",
+    "Partition",
+    "Timelimit",
+    "ReqTRES",
+    "AllocTRES",
+    "Comment",
+)
+
+
+def command(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{shlex.join(args)}: {done.stderr.strip()} (is tests/cluster/slurm.sh up?)"
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class Cluster:
+    account: str
+    partition: str
+
+
+@dataclass(frozen=True)
+class Run:
+    workdir: Path
+    seconds: float
+    output: str  # Snakemake's stdout and stderr
+    started: str  # local time before the run, for sacct --starttime
+
+    def job_counts(self) -> Counter[str]:
+        """Jobs per rule from Snakemake's first "Job stats" table (what it planned to run)."""
+        table = self.output.split("Job stats:", 1)[1].split("\ntotal", 1)[0]
+        rows = (line.split() for line in table.splitlines()[3:])
+        return Counter({row[0]: int(row[1]) for row in rows if len(row) == 2})
+
+    def run_id(self) -> str:
+        return re.search(r"SLURM run ID: (\S+)", self.output).group(1)
+
+
+def copy_checkout(destination: Path) -> Path:
+    """The checkout as git sees it (tracked and untracked-but-not-ignored files), without results."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in sorted({os.fsdecode(entry) for entry in listed.split(b"\0") if entry}):
+        source = ROOT / name
+        if not (source.exists() or source.is_symlink()):
+            continue  # deleted in the working tree, not yet in the index
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    return destination
+
+
+def snakemake(workdir: Path, *args: str) -> Run:
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    begin = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=JOB_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout[-6000:]
+    return Run(workdir, time.monotonic() - begin, done.stdout, started)
+
+
+def sacct(*args: str, fields: tuple[str, ...]) -> list[dict[str, str]]:
+    lines = command("sacct", "--parsable2", "--noheader", "--format", ",".join(fields), *args).splitlines()
+    return [dict(zip(fields, line.split("|", len(fields) - 1), strict=True)) for line in lines if line]
+
+
+def tres(text: str) -> dict[str, float]:
+    """sacct's TRES list (``cpu=16,gres/gpu=1,mem=240000M,node=1``) with memory in MB."""
+    scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}
+    values = {}
+    for item in filter(None, text.split(",")):
+        key, value = item.split("=", 1)
+        values[key] = float(value[:-1]) * scale[value[-1]] if key == "mem" else float(value)
+    return values
+
+
+def minutes(limit: str) -> int:
+    """sacct's Timelimit ``[days-]hours:minutes:seconds`` in minutes."""
+    days, _, clock = limit.rpartition("-")
+    hours, mins, _ = clock.split(":")
+    return int(days or 0) * 1440 + int(hours) * 60 + int(mins)
+
+
+def requested(profile: dict, rule: str) -> dict:
+    """The resources the paper profile gives ``rule``: its default-resources under its set-resources."""
+    return {**profile["default-resources"], **profile["set-resources"].get(rule, {})}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Cluster:
+    """The running test cluster's account (this user's default) and default partition."""
+    user = getpass.getuser()
+    account = command("sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount").strip()
+    partitions = command("sinfo", "-h", "-o", "%P").split()
+    default = [name.rstrip("*") for name in partitions if name.endswith("*")]
+    assert account and default, (
+        f"no account for {user} or no default partition: bring up tests/cluster/slurm.sh"
+    )
+    return Cluster(account, default[0])
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> Path:
+    """One copy of the checkout for every run to copy: edits to the tree during the runs reach none."""
+    return copy_checkout(tmp_path_factory.mktemp("snapshot") / "rpb-repro")
+
+
+def workdir(snapshot: Path, tmp_path_factory) -> Path:
+    return Path(shutil.copytree(snapshot, tmp_path_factory.mktemp("run") / "rpb-repro", symlinks=True))
+
+
+@pytest.fixture(scope="module")
+def paper(snapshot) -> dict:
+    return yaml.safe_load((snapshot / PAPER_PROFILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def ci_profile(cluster, paper, tmp_path_factory) -> Path:
+    """The second profile: the paper profile's default-resources with the CI account and partition."""
+    resources = paper["default-resources"]
+    resources = {**resources, "slurm_account": cluster.account, "slurm_partition": cluster.partition}
+    folder = tmp_path_factory.mktemp("ci_profile")
+    (folder / "config.yaml").write_text(yaml.safe_dump({"default-resources": resources}, sort_keys=False))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def slurm_run(snapshot, ci_profile, tmp_path_factory) -> Run:
+    profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
+    toy = ["--configfiles", "profiles/local/toy.yaml"]
+    return snakemake(workdir(snapshot, tmp_path_factory), TARGET, *profiles, *toy, *CI_FLAGS)
+
+
+@pytest.fixture(scope="module")
+def local_run(snapshot, slurm_run, tmp_path_factory) -> Run:
+    """The same target through the local profile, after the SLURM run so that the timings do not overlap."""
+    return snakemake(workdir(snapshot, tmp_path_factory), TARGET, "--profile", "profiles/local")
+
+
+@pytest.fixture(scope="module")
+def slurm_jobs(slurm_run) -> list[dict[str, str]]:
+    window = ["--name", slurm_run.run_id(), "--starttime", slurm_run.started]
+    jobs = sacct("--allocations", *window, fields=JOB_FIELDS)
+    for job in jobs:
+        # The plugin's comment: rule_<rule> or rule_<rule>_wildcards_<values>.
+        job["rule"] = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
+    return jobs
+
+
+def test_every_job_ran_under_slurm_with_its_rules_profile_request(slurm_run, slurm_jobs, cluster, paper):
+    planned = slurm_run.job_counts()
+    assert {"train_local", "probe_routes", "generate", "score", "table"} <= set(planned)
+    assert Counter(job["rule"] for job in slurm_jobs) == planned
+    for job in slurm_jobs:
+        want = requested(paper, job["rule"])
+        asked, got = tres(job["ReqTRES"]), tres(job["AllocTRES"])
+        where = f"job {job['JobID']} ({job['Comment']})"
+        assert (job["State"], job["ExitCode"]) == ("COMPLETED", "0:0"), where
+        assert (job["Account"], job["Partition"]) == (cluster.account, cluster.partition), where
+        assert minutes(job["Timelimit"]) == want["runtime"], where
+        assert asked["cpu"] == want["cpus_per_task"], where
+        assert asked["mem"] == want["mem_mb"], where
+        assert asked.get("gres/gpu", 0) == want.get("gpu", 0), where
+        assert {key: got.get(key, 0) for key in ("cpu", "gres/gpu")} == {
+            key: asked.get(key, 0) for key in ("cpu", "gres/gpu")
+        }, where
+    # Every output's provenance names the SLURM job that wrote it.
+    job_ids = {job["JobID"] for job in slurm_jobs}
+    records = list((slurm_run.workdir / "results").rglob("*provenance.json"))
+    assert records
+    for path in records:
+        assert json.loads(path.read_text())["slurm_job_id"] in job_ids, path
+    print(f"\n{len(slurm_jobs)} SLURM jobs of run {slurm_run.run_id()}: {dict(sorted(planned.items()))}")
+
+
+def comparable(path: Path) -> bytes | list:
+    """The file's bytes, or for a provenance record and a training log the content without timings."""
+    if path.name.endswith("provenance.json"):
+        record = {key: value for key, value in json.loads(path.read_text()).items() if key not in RUN_FIELDS}
+        # A training log's checksum moves with its per-step timings (compared below without them).
+        record["outputs"] = {
+            name: {"path": entry["path"]} if str(entry.get("path", "")).endswith(".log.jsonl") else entry
+            for name, entry in record.get("outputs", {}).items()
+        }
+        return [record]
+    if path.name.endswith(".log.jsonl"):
+        steps = [json.loads(line) for line in path.read_text().splitlines()]
+        return [{key: value for key, value in step.items() if key != "seconds"} for step in steps]
+    return path.read_bytes()
+
+
+def test_outputs_match_a_local_run_byte_for_byte(slurm_run, local_run):
+    def outputs(run: Run) -> set[Path]:
+        return {
+            path.relative_to(run.workdir) for path in (run.workdir / "results").rglob("*") if path.is_file()
+        }
+
+    names = outputs(slurm_run)
+    assert names == outputs(local_run)
+    for required in (f"results/tables/{TABLE}.csv", f"results/tables/{TABLE}.md"):
+        assert Path(required) in names
+    assert any(name.name == "summary.json" for name in names)
+    different = []
+    for name in sorted(names):
+        ours, theirs = slurm_run.workdir / name, local_run.workdir / name
+        if ours.read_bytes() != theirs.read_bytes():
+            assert comparable(ours) == comparable(theirs), name
+            different.append(name)
+    # Only run records (provenance timings and job ids) and training logs' step timings may differ.
+    assert all(name.name.endswith(("provenance.json", ".log.jsonl")) for name in different)
+    print(
+        f"\n{len(names)} outputs: {len(names) - len(different)} byte-identical, "
+        f"{len(different)} equal without their timings: {', '.join(sorted({n.name for n in different}))}"
+    )
+
+
+def test_no_slurm_job_ran_in_the_fork_server(slurm_run, local_run):
+    """The toy overlay starts the fork server; the plugin exports its socket to every SLURM job."""
+    local_log = (local_run.workdir / "logs/forkserver.log").read_text()
+    assert " served python -m workflow_scripts" in local_log  # the log shows what the server runs
+    log = slurm_run.workdir / "logs/forkserver.log"
+    if log.exists():  # no server at all is fine too
+        lines = log.read_text().splitlines()
+        assert not [line for line in lines if " served " in line]
+        # The jobs did reach the server (one machine, one /tmp) and were turned away.
+        assert [line for line in lines if " refused " in line and "slurm_job" in line]
+
+
+def test_launch_check_spans_two_nodes_with_one_torchrun_each(snapshot, ci_profile, tmp_path_factory):
+    overlay = tmp_path_factory.mktemp("overlay") / "two_nodes.yaml"
+    overlay.write_text(yaml.safe_dump(TWO_NODES))
+    profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
+    flags = [*profiles, "--configfiles", str(overlay), *CI_FLAGS, "--verbose"]
+    run = snakemake(workdir(snapshot, tmp_path_factory), LAUNCH_CHECK, *flags)
+    # The executor's request: both nodes, one task per node, the rule's GPUs per node.
+    submitted = shlex.split(re.search(r"sbatch call: (.*?) --wrap=", run.output).group(1))
+    assert {"--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--gres=gpu:2"} <= set(submitted), submitted
+    (job,) = sacct(
+        "--allocations",
+        "--name",
+        run.run_id(),
+        "--starttime",
+        run.started,
+        fields=("JobID", "State", "NNodes", "NodeList", "ReqTRES"),
+    )
+    assert (job["State"], job["NNodes"]) == ("COMPLETED", "2")
+    asked = tres(job["ReqTRES"])
+    assert (asked["node"], asked["gres/gpu"]) == (2, 4)
+    steps = sacct("--jobs", job["JobID"], fields=("JobName", "NNodes", "NTasks", "NodeList"))
+    assert {"JobName": "torchrun", "NNodes": "2", "NTasks": "2", "NodeList": job["NodeList"]} in steps
+    hosts = command("scontrol", "show", "hostnames", job["NodeList"]).split()
+    head = hosts[0]
+    launch = (run.workdir / "logs/megatron/launch_check.log").read_text()
+    assert f"--rdzv-endpoint={head}:29500 --rdzv-id={job['JobID']} " in launch, launch
+    # The report: every rank with its node rank and local rank, one node rank on each allocated node.
+    lines = (run.workdir / LAUNCH_CHECK).read_text().splitlines()
+    world = re.fullmatch(r"world 4 rendezvous (\S+):(\d+) backend gloo", lines[0])
+    assert world, lines[0]
+    rank_line = re.compile(r"rank (\d) node_rank (\d) local_rank (\d) host \S+ slurm_node (\S+)")
+    ranks = [rank_line.fullmatch(line) for line in lines[1:]]
+    assert all(ranks), lines
+    assert [int(rank[1]) for rank in ranks] == [0, 1, 2, 3]
+    placement = {(int(rank[2]), int(rank[3])): rank[4] for rank in ranks}
+    assert sorted(placement) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert placement[0, 0] == placement[0, 1] != placement[1, 0] == placement[1, 1]
+    assert {placement[0, 0], placement[1, 0]} == set(hosts)
+    # torchrun's worker address is node rank 0's own name; here every node name resolves to this machine.
+    assert socket.gethostbyname(world[1]) == socket.gethostbyname(head)
+    print(f"\nlaunch check (job {job['JobID']} on {job['NodeList']}):\n" + "\n".join(lines))
+
+
+def test_slurm_overhead_per_job(slurm_run, local_run):
+    """Printed, not asserted: wall time per job through SLURM and locally (with the fork server)."""
+    jobs = sum(slurm_run.job_counts().values())
+    assert jobs == sum(local_run.job_counts().values())
+    per_slurm, per_local = slurm_run.seconds / jobs, local_run.seconds / jobs
+    print(
+        f"\n{TABLE}: {jobs} jobs; SLURM {slurm_run.seconds:.0f} s ({per_slurm:.1f} s/job), "
+        f"local {local_run.seconds:.0f} s ({per_local:.1f} s/job); "
+        f"overhead {per_slurm - per_local:+.1f} s/job"
+    )
