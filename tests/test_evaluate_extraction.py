@@ -137,3 +137,14 @@ def test_extract_choice_rejects_bad_option_count(n_options):
 )
 def test_extract_code(text, expected):
     assert extract_code(text) == expected
+
+
+def test_last_boxed_is_linear_on_unclosed_boxes():
+    """5 MB of unclosed ``\\boxed{`` (once quadratic: 56 KB took 27 s) ends fast, with no answer."""
+    import time
+
+    start = time.perf_counter()
+    assert last_boxed("\\boxed{" * 700_000) is None
+    assert last_boxed("\\boxed{" * 100_000 + "\\boxed{7}") == "7"
+    assert strip_reasoning("<think>" * 700_000 + "x") == ""
+    assert time.perf_counter() - start < 10.0

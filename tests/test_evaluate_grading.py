@@ -10,7 +10,13 @@ import pytest
 
 from tests.conftest import load_config
 from workflow_scripts.evaluate.fixtures import read_fixture
-from workflow_scripts.evaluate.grading import grade, humaneval_program, mbpp_program, summarize
+from workflow_scripts.evaluate.grading import (
+    check_coverage,
+    grade,
+    humaneval_program,
+    mbpp_program,
+    summarize,
+)
 from workflow_scripts.evaluate.items import normalise
 from workflow_scripts.evaluate.sandbox import Limits
 
@@ -162,3 +168,17 @@ def test_graded_livebench_rows_carry_their_task():
     expected = items["metadata"].map(lambda meta: json.loads(meta)["task"])
     assert sorted(scores["task"].unique()) == sorted(expected.unique())
     assert (scores["task"] != "").all()
+
+
+def test_coverage_requires_each_item_and_repeat_exactly_once(items):
+    generations = _generations(items, lambda item, r: "")
+    check_coverage(items, generations, repeats=2)
+    first = generations.iloc[0]
+    with pytest.raises(
+        ValueError, match=f"benchmark '{first['benchmark']}' item '{first['item_id']}' repeat 0"
+    ):
+        check_coverage(items, generations.iloc[1:], repeats=2)
+    with pytest.raises(ValueError, match="several generations"):
+        check_coverage(items, pd.concat([generations, generations.iloc[:1]]), repeats=2)
+    with pytest.raises(ValueError, match="repeat 2"):
+        check_coverage(items, generations, repeats=3)

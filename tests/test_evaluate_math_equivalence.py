@@ -246,3 +246,13 @@ def test_missing_prediction_never_reaches_the_worker(scripted_checker):
     assert scripted_checker.check(HANG, None) == Verdict(False, "normalized", None, False)
     assert time.monotonic() - started < scripted_checker.timeout_s
     assert scripted_checker.restarts == before
+
+
+def test_decide_survives_huge_and_deep_answers():
+    """A 5,000-digit literal and LaTeX nested 2,000 deep give a verdict, not an exception."""
+    assert decide("1" * 5000, "1" * 5000, None).correct
+    assert not decide("1", "1" * 5000, None).correct
+    deep = "1"
+    for _ in range(2000):
+        deep = f"\\frac{{{deep}}}{{2}}"
+    assert not decide("1", deep, None).correct

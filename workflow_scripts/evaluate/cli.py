@@ -181,7 +181,7 @@ def run_score(args: argparse.Namespace) -> None:
     """Grade every generation, then write per-item scores and the per-benchmark avg@k summary."""
     import pyarrow as pa
 
-    from workflow_scripts.evaluate.grading import SCORE_COLUMNS, grade, summarize
+    from workflow_scripts.evaluate.grading import SCORE_COLUMNS, check_coverage, grade, summarize
     from workflow_scripts.evaluate.sandbox import IsolationUnavailable, Limits
 
     items = _read_items(args.items)
@@ -190,6 +190,7 @@ def run_score(args: argparse.Namespace) -> None:
     allow_unisolated = bool(sandbox.pop("allow_unisolated", False))
     started = time.perf_counter()
     try:
+        check_coverage(items, generations, args.repeats)
         scores = grade(
             items, generations, Limits(**sandbox), args.workers, args.math_timeout, allow_unisolated
         )

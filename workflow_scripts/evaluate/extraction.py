@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 import string
 
-THINK_BLOCK = re.compile(r"(?s)<think>.*?</think>")
 THINK_CLOSE = "</think>"
 THINK_OPEN = "<think>"
 # \boxed or \fbox as a whole command name (not the prefix of a longer one such as \boxedx).
 BOXED_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # The single-token form "\boxed 5": a run up to the next whitespace or math delimiter.
 BOXED_TOKEN = re.compile(r"[ \t]+([^\s$]+)")
+WHITESPACE = re.compile(r"\s*")
 GSM8K_DELIMITER = "####"
 # A comma between a digit and exactly three digits: a thousands separator ("1,234" but not "1,2").
 THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
@@ -41,9 +41,19 @@ def strip_reasoning(text: str) -> str:
     Closed ``<think>...</think>`` blocks are dropped; if a closing tag remains without its opening
     (chat templates that put ``<think>`` in the prompt), everything up to the last one is dropped;
     an opening tag left unclosed (a generation truncated while reasoning) drops the rest of the text,
-    since no final answer was given.
+    since no final answer was given. One pass with ``str.find`` (a lazy regex rescans to the end
+    for every unclosed opening tag, which is quadratic).
     """
-    text = THINK_BLOCK.sub("", text)
+    kept = []
+    position = 0
+    while (opening := text.find(THINK_OPEN, position)) != -1:
+        closing = text.find(THINK_CLOSE, opening + len(THINK_OPEN))
+        if closing == -1:
+            break
+        kept.append(text[position:opening])
+        position = closing + len(THINK_CLOSE)
+    kept.append(text[position:])
+    text = "".join(kept)
     if THINK_CLOSE in text:
         text = text.rsplit(THINK_CLOSE, 1)[1]
     if THINK_OPEN in text:
@@ -76,15 +86,37 @@ def read_braced(text: str, start: int) -> tuple[str, int] | None:
     return None
 
 
-def _boxed_content(text: str, after_command: int) -> str | None:
+def closing_braces(text: str) -> dict[int, int]:
+    """For each ``{`` that :func:`read_braced` would close, the index after its closing brace.
+
+    One stack-based pass instead of one scan per opening brace (quadratic for a response of
+    unclosed ``\\boxed{``). It agrees with :func:`read_braced` for every brace not preceded by a
+    backslash: the scan from such a brace meets exactly the characters this pass does after it.
+    """
+    closes: dict[int, int] = {}
+    open_braces: list[int] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "{":
+            open_braces.append(i)
+        elif char == "}" and open_braces:
+            closes[open_braces.pop()] = i + 1
+        i += 1
+    return closes
+
+
+def _boxed_content(text: str, after_command: int, closes: dict[int, int]) -> str | None:
     """The argument of a ``\\boxed``/``\\fbox`` command ending at ``after_command``, or None."""
-    rest = text[after_command:]
-    brace = len(rest) - len(rest.lstrip())
-    if rest[brace : brace + 1] == "{":
-        group = read_braced(text, after_command + brace)
-        content = group[0].strip() if group else ""
+    brace = WHITESPACE.match(text, after_command).end()
+    if text[brace : brace + 1] == "{":
+        end = closes.get(brace)
+        content = text[brace + 1 : end - 1].strip() if end is not None else ""
     else:
-        token = BOXED_TOKEN.match(rest)
+        token = BOXED_TOKEN.match(text, after_command)
         content = token.group(1) if token else ""
     return content or None
 
@@ -93,10 +125,14 @@ def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``) in ``text`` (F.3).
 
     Occurrences are tried from the last one backwards; one whose braces never balance, or whose
-    content is empty, is skipped.
+    content is empty, is skipped. Linear in the length of ``text``.
     """
-    for match in reversed(list(BOXED_COMMAND.finditer(text))):
-        content = _boxed_content(text, match.end())
+    matches = list(BOXED_COMMAND.finditer(text))
+    if not matches:
+        return None
+    closes = closing_braces(text)
+    for match in reversed(matches):
+        content = _boxed_content(text, match.end(), closes)
         if content is not None:
             return content
     return None

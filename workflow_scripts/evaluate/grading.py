@@ -104,6 +104,30 @@ def _grade_livebench(rows: pd.DataFrame, limits: Limits, workers: int, allow_uni
     return [float(s) for s in scores], [None] * len(rows)
 
 
+def check_coverage(items: pd.DataFrame, generations: pd.DataFrame, repeats: int) -> None:
+    """Raise unless every (item, repeat) of ``items`` has exactly one generation.
+
+    A benchmark's score is a mean over the generations present, so a missing or doubled one
+    would silently change it (dropping the failed items of a benchmark lifts it to 100).
+    """
+    keys = ["benchmark", "item_id", "repeat"]
+    counts = generations.groupby(keys, sort=True).size()
+    doubled = counts[counts > 1]
+    if not doubled.empty:
+        benchmark, item_id, repeat = doubled.index[0]
+        raise ValueError(
+            f"{len(doubled)} (item, repeat) pairs have several generations, e.g. benchmark "
+            f"{benchmark!r} item {item_id!r} repeat {repeat}"
+        )
+    present = set(counts.index)
+    for benchmark, item_id in items[["benchmark", "item_id"]].itertuples(index=False):
+        for repeat in range(repeats):
+            if (benchmark, item_id, repeat) not in present:
+                raise ValueError(
+                    f"no generation for benchmark {benchmark!r} item {item_id!r} repeat {repeat}"
+                )
+
+
 def grade(
     items: pd.DataFrame,
     generations: pd.DataFrame,

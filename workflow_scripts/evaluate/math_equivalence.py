@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -151,7 +152,13 @@ def _fix_macro_arguments(text: str) -> str:
 
 
 def _as_rational(text: str) -> Fraction | None:
-    """The exact value of an integer, decimal, ``a/b`` or ``\\frac{a}{b}`` literal, else None."""
+    """The exact value of an integer, decimal, ``a/b`` or ``\\frac{a}{b}`` literal, else None.
+
+    A literal longer than Python's int-to-string limit stays text (None), compared as written.
+    """
+    limit = sys.get_int_max_str_digits()  # 0: unlimited
+    if limit and len(text) > limit:
+        return None
     if THOUSANDS_NUMBER.fullmatch(text):
         text = drop_thousands_commas(text)
     if INTEGER_OR_DECIMAL.fullmatch(text):
@@ -249,7 +256,13 @@ def decide(gold: str, predicted: str | None, verify_match: bool | None) -> Verdi
     """Combine the two checks: math-verify decides when it gave a verdict, normalised matching otherwise."""
     if predicted is None:
         return Verdict(correct=False, method="normalized", verify_match=None, normalized_match=False)
-    normalized = normalized_match(gold, predicted)
+    try:
+        normalized = normalized_match(gold, predicted)
+    except RecursionError as error:  # LaTeX nested thousands deep
+        logger.warning(
+            "normalised matching failed, counted as no match (%s): predicted=%.200r", error, predicted
+        )
+        normalized = False
     if verify_match is None:
         return Verdict(
             correct=normalized, method="normalized", verify_match=None, normalized_match=normalized
