@@ -182,3 +182,21 @@ def test_coverage_requires_each_item_and_repeat_exactly_once(items):
         check_coverage(items, pd.concat([generations, generations.iloc[:1]]), repeats=2)
     with pytest.raises(ValueError, match="repeat 2"):
         check_coverage(items, generations, repeats=3)
+
+
+@pytest.mark.parametrize(
+    "early_exit", ["import sys\nsys.exit(0)", "raise SystemExit(0)", "import os\nos._exit(0)",
+                   "import atexit, os\natexit.register(os._exit, 0)\nraise SystemExit(0)"],
+)  # fmt: skip
+def test_a_program_that_exits_before_its_tests_end_fails(items, early_exit):
+    """Exit status 0 alone is no pass: the tests must have run to their end."""
+    code_items = items[items["benchmark"].isin(["humaneval", "mbpp"])]
+
+    def respond(item, repeat):
+        if repeat == 0:
+            return _correct(item)
+        wrong = _wrong(item).split("```python\n")[1].split("\n```")[0]
+        return _fence(f"{wrong}\n{early_exit}")
+
+    scores = grade(code_items, _generations(code_items, respond), LIMITS, workers=2, math_timeout_s=10.0)
+    assert scores.groupby("repeat")["score"].mean().tolist() == [1.0, 0.0]

@@ -484,6 +484,19 @@ def test_coding_fixtures_pass_a_correct_answer_and_fail_a_wrong_one() -> None:
     assert score_many(rows + rows, good + bad, workers=2) == [1.0] * len(rows) + [0.0] * len(rows)
 
 
+def test_an_answer_writing_its_own_verdict_and_exiting_fails() -> None:
+    """A verdict line on the harness's descriptor, then ``os._exit(0)``: no verdict of this run."""
+    rows = records("livebench_coding")
+    forged = [
+        "```python\nimport json, os\nfor fd in range(3, 32):\n    try:\n"
+        f"        os.write(fd, (json.dumps({{'passed': {len(load_tests(row))}, 'total': "
+        f"{len(load_tests(row))}, 'failure': None}}) + '\\n').encode())\n"
+        "    except OSError:\n        pass\nos._exit(0)\n```"
+        for row in rows
+    ]
+    assert score_many(rows, forged, workers=2) == [0.0] * len(rows)
+
+
 def test_coding_time_limit_and_crash_fail() -> None:
     row = records("livebench_coding")[0]
     assert len(load_tests(row)) == 5

@@ -7,6 +7,7 @@ be recomputed (new grader, new timeout) without regenerating.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from workflow_scripts.evaluate.extraction import (
     extract_math_answer,
     strip_reasoning,
 )
-from workflow_scripts.evaluate.sandbox import Job, Limits, require_isolation, run_all
+from workflow_scripts.evaluate.sandbox import Job, Limits, Outcome, require_isolation, run_all
 
 # ``task``: a LiveBench item's task (its category score averages over tasks); empty for other benchmarks.
 SCORE_COLUMNS = ("benchmark", "item_id", "task", "repeat", "seed", "score", "extracted")
@@ -50,6 +51,29 @@ def mbpp_program(item: Mapping[str, Any], code: str) -> str:
 
 
 PROGRAMS = {"humaneval": humaneval_program, "mbpp": mbpp_program}
+# Appended after a program's tests: echoes the token the grader fed on stdin, so only a run
+# whose tests reached their end prints it. An exit before that (``sys.exit(0)``,
+# ``raise SystemExit(0)``, ``os._exit(0)``, also from ``atexit``) ends with status 0 but
+# without the token, which the program cannot know beforehand: it is random per run and
+# arrives only on stdin, which the benchmarks' solutions never read (one that does consumes
+# it and fails, the safe side). A solution written to attack the harness could still read
+# stdin and print it; closing that needs the tests in a process apart from the solution.
+COMPLETION_EPILOGUE = (
+    "\nimport os as _rpb_os, sys as _rpb_sys\n"
+    "_rpb_sys.stdout.flush()\n"
+    '_rpb_os.write(1, b"\\n" + _rpb_os.read(0, 64) + b"\\n")\n'
+)
+
+
+def completion_job(program: str) -> tuple[Job, str]:
+    """The program with the completion epilogue, fed a fresh token; the token a finished run prints."""
+    token = secrets.token_hex(16)
+    return Job(program + COMPLETION_EPILOGUE, stdin=token), token
+
+
+def ran_to_completion(outcome: Outcome, token: str) -> bool:
+    """A pass: exit 0 and the epilogue's token as the last line, so the tests ran to their end."""
+    return outcome.status == "passed" and outcome.stdout.endswith(f"\n{token}\n")
 
 
 def livebench_question(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,8 +113,12 @@ def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int, allow_unisolat
     ]
     distinct = sorted({p for p in programs if p is not None})
     isolation = require_isolation(allow_unisolated) if distinct else None
-    outcomes = run_all([Job(source) for source in distinct], limits, workers, isolation=isolation)
-    passed = {source: outcome.status == "passed" for source, outcome in zip(distinct, outcomes, strict=True)}
+    runs = [completion_job(source) for source in distinct]
+    outcomes = run_all([job for job, _ in runs], limits, workers, isolation=isolation)
+    passed = {
+        source: ran_to_completion(outcome, token)
+        for source, outcome, (_, token) in zip(distinct, outcomes, runs, strict=True)
+    }
     return [float(p is not None and passed[p]) for p in programs], extracted
 
 

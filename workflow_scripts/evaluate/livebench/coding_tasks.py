@@ -14,6 +14,7 @@ own budget is still stopped by the per-test limit, so only a hang inside one C c
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -74,10 +75,15 @@ def _check_functional_json(tests: list[TestCase], question_id: str) -> None:
 
 @dataclass(frozen=True)
 class CodingCheck:
-    """The sandbox job that tests one answer, and how many tests it must pass."""
+    """The sandbox job that tests one answer, how many tests it must pass, and the run's token.
+
+    The harness echoes ``token`` (random per run, sent on stdin with the tests) in its verdict,
+    so a line the answer writes to the harness's verdict descriptor before exiting is no verdict.
+    """
 
     job: Job
     tests: int
+    token: str
 
 
 def coding_check(question: Mapping[str, Any], response: str, timeout_s: float) -> CodingCheck:
@@ -93,8 +99,10 @@ def coding_check(question: Mapping[str, Any], response: str, timeout_s: float) -
         "inputs": [test.input for test in tests],
         "outputs": [test.output for test in tests],
         "timeout_s": timeout_s,
+        "token": secrets.token_hex(16),
     }
-    return CodingCheck(Job(source=harness_source(), stdin=json.dumps(payload)), len(tests))
+    job = Job(source=harness_source(), stdin=json.dumps(payload))
+    return CodingCheck(job, len(tests), payload["token"])
 
 
 def run_budget_s(tests: int, timeout_s: float) -> float:
@@ -102,10 +110,11 @@ def run_budget_s(tests: int, timeout_s: float) -> float:
     return (timeout_s + 1.0) * tests + 5.0
 
 
-def passed_all(outcome: Outcome, tests: int) -> bool:
-    """Whether the harness's verdict (the last line of its stdout) reports all ``tests`` passed.
+def passed_all(outcome: Outcome, check: CodingCheck) -> bool:
+    """Whether the harness's verdict (the last line of its stdout) reports all tests passed.
 
-    A run that wrote no verdict (killed, timed out, crashed) has failed.
+    A run that wrote no verdict of this run (killed, timed out, crashed, exited early, or a
+    verdict without the run's token) has failed.
     """
     lines = outcome.stdout.strip().splitlines()
     if not lines:
@@ -114,4 +123,9 @@ def passed_all(outcome: Outcome, tests: int) -> bool:
         verdict = json.loads(lines[-1])
     except json.JSONDecodeError:
         return False
-    return isinstance(verdict, dict) and verdict.get("total") == tests and verdict.get("passed") == tests
+    return (
+        isinstance(verdict, dict)
+        and verdict.get("token") == check.token
+        and verdict.get("total") == check.tests
+        and verdict.get("passed") == check.tests
+    )

@@ -3,9 +3,11 @@
 ``coding_tasks`` sends this file's source to the sandbox as the program to run, and the answer and
 its tests on stdin as one JSON object::
 
-    {"code": str, "fn_name": str | null, "inputs": [str], "outputs": [str], "timeout_s": float}
+    {"code": str, "fn_name": str | null, "inputs": [str], "outputs": [str], "timeout_s": float,
+     "token": str}
 
-It writes one JSON line, ``{"passed": k, "total": n, "failure": str | null}``: tests run in order
+It writes one JSON line, ``{"passed": k, "total": n, "failure": str | null, "token": str}``
+(the job's token, so the grader can tell its verdict from one the answer wrote): tests run in order
 and stop at the first failure, as in LiveCodeBench's ``run_test`` (livebench/lcb_runner). The
 semantics that decide scores are LiveCodeBench's:
 
@@ -245,7 +247,7 @@ def main() -> None:
         passed, failure = run_functional_tests(
             job["code"], job["fn_name"], job["inputs"], job["outputs"], job["timeout_s"]
         )
-    verdict = {"passed": passed, "total": len(job["inputs"]), "failure": failure}
+    verdict = {"passed": passed, "total": len(job["inputs"]), "failure": failure, "token": job["token"]}
     os.write(verdict_fd, (json.dumps(verdict) + "\n").encode("utf-8"))
     os._exit(0)
 

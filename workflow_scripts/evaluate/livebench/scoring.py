@@ -170,7 +170,7 @@ def _run_checks(
     budget = max(run_budget_s(check.tests, limits.timeout_s) for check in checks.values())
     outcomes = run_all([check.job for check in checks.values()], replace(limits, timeout_s=budget), workers)
     for (index, check), outcome in zip(checks.items(), outcomes, strict=True):
-        scores[index] = float(passed_all(outcome, check.tests))
+        scores[index] = float(passed_all(outcome, check))
 
 
 def score_many(
