@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from workflow_scripts.routing.core import (
+    LOG_PRIOR_FLOOR,
     centered_logit_l2,
     clipped_log_prior,
     hard_topk_from_prior,
@@ -290,7 +291,8 @@ def test_centered_logit_l2_matches_numpy_and_ignores_no_span_tokens():
     _, span_ids, prior, logits = span_case(9)
     mask = span_ids >= 0
     z = logits[mask]
-    delta = (z - z.mean(axis=-1, keepdims=True)) - np_bias(prior[mask])
+    log_pi = np.log(np.maximum(prior[mask], LOG_PRIOR_FLOOR))  # §3.3: the prior itself, not eq. (3)
+    delta = (z - z.mean(axis=-1, keepdims=True)) - (log_pi - log_pi.mean(axis=-1, keepdims=True))
     expected = float((delta**2).sum(axis=-1).mean())
 
     logits_t = torch.from_numpy(logits).requires_grad_(True)
@@ -311,10 +313,22 @@ def test_centered_logit_l2_matches_numpy_and_ignores_no_span_tokens():
 
 def test_centered_logit_l2_is_zero_at_centred_log_prior_plus_shift():
     rng = np.random.default_rng(10)
-    prior = torch.from_numpy(random_prior(rng, (6, 8))).float()
-    logits = clipped_log_prior(prior) + 3.0  # a per-row shift is centred away
+    prior = torch.from_numpy(random_prior(rng, (6, 8), zeros=False)).float()
+    logits = prior.log() + 3.0  # a per-row shift is centred away
     got = centered_logit_l2(logits, prior, torch.ones(6, dtype=torch.bool))
     assert got.item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_centered_logit_l2_targets_the_unclipped_prior_and_survives_zeros():
+    """Entries the eq. (3) clip would move still count at their own value; an exact zero stays finite."""
+    prior = torch.tensor([[0.001, 0.009, 0.49, 0.5], [0.0, 0.0, 0.5, 0.5]], dtype=torch.float64)
+    logits = prior[:1].log()
+    assert clipped_log_prior(prior[:1]).sub(logits).abs().max() > 1.0  # the clip changes this row
+    got = centered_logit_l2(logits, prior[:1], torch.ones(1, dtype=torch.bool))
+    assert got.item() == pytest.approx(0.0, abs=1e-12)
+    assert torch.isfinite(
+        centered_logit_l2(torch.zeros(2, 4), prior.float(), torch.ones(2, dtype=torch.bool))
+    )
 
 
 # ---------------------------------------------------------------- Router-L2 (eq. 5)

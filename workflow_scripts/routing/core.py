@@ -39,6 +39,7 @@ from torch import Tensor
 __all__ = [
     "DEFAULT_CLIP_C",
     "DEFAULT_CLIP_EPS",
+    "LOG_PRIOR_FLOOR",
     "centered_logit_l2",
     "clipped_log_prior",
     "expert_bias_update",
@@ -54,6 +55,9 @@ __all__ = [
 
 DEFAULT_CLIP_EPS = 0.05
 DEFAULT_CLIP_C = 5.0
+#: Floor of the logit-L2 target ``log pi`` against ``log 0`` only; far below any softmax
+#: probability a bf16/fp32 router produces (``exp(-27.6)``), so it never moves a real prior.
+LOG_PRIOR_FLOOR = 1e-12
 
 
 def _wide(dtype: torch.dtype) -> torch.dtype:
@@ -86,9 +90,9 @@ def clipped_log_prior(
 
     Implements ``log c`` with ``c = clip(pi)`` of eq. (3) of the paper (§3.1, Appendix F.7):
     ``pi`` = ``prior``, ``eps`` = ``clip_eps``, ``C`` = ``clip_c``, ``E`` = ``prior.shape[-1]``.
-    This is the single place where the clipping lives; ``prior_to_bias``, the hard
-    override and ``centered_logit_l2`` all go through it. The result is finite for any
-    prior with finite entries, zeros included.
+    This is the single place where the clipping lives; ``prior_to_bias`` and the hard
+    override go through it (``centered_logit_l2`` does not: §3.3's target is the
+    unclipped prior). The result is finite for any prior with finite entries, zeros included.
 
     Args:
         prior: probabilities over experts, shape ``(..., E)`` (any leading shape, e.g.
@@ -274,40 +278,34 @@ def kl_to_base(prior: Tensor, router_logits: Tensor, span_mask: Tensor) -> Tenso
     return torch.where(mask, kl, 0.0).sum() / count
 
 
-def centered_logit_l2(
-    router_logits: Tensor,
-    prior: Tensor,
-    span_mask: Tensor,
-    clip_eps: float = DEFAULT_CLIP_EPS,
-    clip_c: float = DEFAULT_CLIP_C,
-) -> Tensor:
+def centered_logit_l2(router_logits: Tensor, prior: Tensor, span_mask: Tensor) -> Tensor:
     """Mean squared distance between centred router logits and the centred log prior over span tokens.
 
     Implements the logit-L2-to-base objective of §3.3 of the paper,
     ``L = 1/|T| sum_{t in T} ||center(z_t) - center(log pi_{x(t),s(t),l})||_2^2``:
     ``z`` = ``router_logits``, ``pi`` = ``prior`` (one row per token), ``T`` = tokens where
-    ``span_mask`` is true, ``center`` = subtract the mean over experts. ``log pi`` uses the
-    same clipping as the bias (clip to ``[eps/E, C/E]``, renormalise, then log, via
-    ``clipped_log_prior``), so it is finite for priors with zeros; ``center(log c)`` is
-    exactly the eq. (3) bias ``b``. Computed in float32. Returns a zero (attached to the
-    graph) when no token has a span.
+    ``span_mask`` is true, ``center`` = subtract the mean over experts. ``pi`` is the frozen
+    eq. (2) prior itself, as in ``kl_to_base``, not the eq. (3) clip that only the RPB bias
+    needs: it is floored at ``LOG_PRIOR_FLOOR`` solely so that an exact zero (which a
+    softmax prior never holds) gives a finite log. Computed in float32 (float64 for
+    float64 inputs). Returns a zero (attached to the graph) when no token has a span.
 
     Args:
         router_logits: ``z``, shape ``(T, E)`` (any leading shape ``(..., E)``).
         prior: per-token prior rows ``pi``, shape ``(T, E)``.
         span_mask: boolean, shape ``(T,)``; true for tokens with a defined span.
-        clip_eps: lower clamp numerator, as in ``prior_to_bias``.
-        clip_c: upper clamp numerator, as in ``prior_to_bias``.
 
     Returns:
         Scalar loss, float32.
     """
     _check_last_dim("prior", prior, router_logits.shape[-1])
     mask, count = _token_mask(span_mask, router_logits)  # (T,), ()
-    z = router_logits.to(_wide(router_logits.dtype))  # (T, E)
+    wide = _wide(router_logits.dtype)
+    z = router_logits.to(wide)  # (T, E)
     z_centred = z - z.mean(dim=-1, keepdim=True)  # (T, E)
-    pi = torch.where(mask.unsqueeze(-1), prior, torch.zeros_like(prior))  # (T, E), no-span rows zeroed
-    target = prior_to_bias(pi, clip_eps, clip_c).to(z.dtype)  # (T, E), centred clipped log prior
+    pi = torch.where(mask.unsqueeze(-1), prior.to(wide), 1.0)  # (T, E), no-span rows made finite
+    log_pi = pi.clamp(min=LOG_PRIOR_FLOOR).log()  # (T, E)
+    target = log_pi - log_pi.mean(dim=-1, keepdim=True)  # (T, E), centred log prior
     dist = (z_centred - target).pow(2).sum(dim=-1)  # (T,)
     return torch.where(mask, dist, 0.0).sum() / count
 

@@ -113,10 +113,6 @@ class MegatronRoutingContext:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
 
     @property
-    def clip(self) -> tuple[float, float]:
-        return self.clip_eps, self.clip_c
-
-    @property
     def needs_prior(self) -> bool:
         return self.mode is not None or bool(self.kl_base or self.logit_l2)
 
@@ -242,7 +238,7 @@ class PriorBiasedRouter(TopKRouter):
         valid = None if padding_mask is None else (~padding_mask.reshape(-1).bool()).sum()
         terms = (
             ("kl_to_base", context.kl_base, lambda: kl_to_base(prior, z, span)),
-            ("logit_l2", context.logit_l2, lambda: centered_logit_l2(z, prior, span, *context.clip)),
+            ("logit_l2", context.logit_l2, lambda: centered_logit_l2(z, prior, span)),
         )
         for name, coefficient, loss in terms:
             if coefficient:

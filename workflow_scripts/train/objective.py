@@ -195,9 +195,7 @@ class Objective:
                 if "kl_base" in per_layer:
                     per_layer["kl_base"].append(core.kl_to_base(rows, z, span_mask))
                 if "logit_l2" in per_layer:
-                    per_layer["logit_l2"].append(
-                        core.centered_logit_l2(z, rows, span_mask, self.clip_eps, self.clip_c)
-                    )
+                    per_layer["logit_l2"].append(core.centered_logit_l2(z, rows, span_mask))
             if "z_loss" in per_layer:
                 per_layer["z_loss"].append(core.z_loss(z, token_mask))
         return {
