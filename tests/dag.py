@@ -32,5 +32,14 @@ def dry_run(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[tuple[s
     return jobs
 
 
+def printed_job(target: str, rule: str) -> tuple[str, str]:
+    """The paper-scale dry run of ``target`` with commands printed: ``rule``'s resources and shell command."""
+    command = [sys.executable, "-m", "snakemake", target, "-n", "-p", *PAPER]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    job = done.stdout[done.stdout.index(f"rule {rule}:") :]
+    return re.search(r"resources: (.*)", job).group(1), job[job.index("Shell command:") :].splitlines()[0]
+
+
 def wildcard_values(jobs: list[tuple[str, dict[str, str]]], rule: str, key: str) -> list[str]:
     return sorted(wildcards[key] for name, wildcards in jobs if name == rule)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import PAPER, ROOT, TOY, dry_run, wildcard_values
+from tests.dag import PAPER, ROOT, TOY, dry_run, printed_job, wildcard_values
 from workflow_scripts import registry
 
 
@@ -165,28 +165,10 @@ def test_paper_scale_all_trains_every_cell_on_megatron_with_the_allocation_of_th
 def test_paper_training_job_requests_the_configured_nodes_and_launches_one_torchrun_per_node():
     config = load_config(toy=False)
     parallelism = config["training"]["parallelism"]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "results/megatron/trained/moonlight/math20k/rpb/s42",
-            "-n",
-            "-p",
-            *PAPER,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    job = done.stdout[done.stdout.index("rule train_megatron:") :]
-    resources = re.search(r"resources: (.*)", job).group(1)
+    resources, command = printed_job("results/megatron/trained/moonlight/math20k/rpb/s42", "train_megatron")
     assert f"nodes={parallelism['nodes']}" in resources and f"tasks={parallelism['nodes']}" in resources
     assert f"gres=gpu:{parallelism['gpus_per_node']}" in resources and "mpi=srun" in resources
     assert "tasks_per_gpu=0" in resources and "--ntasks-per-node=1" in resources
-    command = job[job.index("Shell command:") :].splitlines()[0]
     assert (
         f"megatron-launch --nodes {parallelism['nodes']} --gpus-per-node {parallelism['gpus_per_node']}"
         in command
@@ -210,23 +192,6 @@ def test_paper_scale_all_downloads_generates_and_scores_every_evaluated_cell(pap
 
 
 def test_paper_generation_job_runs_vllm_on_one_eight_gpu_node():
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "results/evals/moonlight/base/generations.parquet",
-            "-n",
-            "-p",
-            *PAPER,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    job = done.stdout[done.stdout.index("rule generate:") :]
-    assert re.search(r"resources: .*\bgpu=8\b", job)
-    command = job[job.index("Shell command:") :].splitlines()[0]
+    resources, command = printed_job("results/evals/moonlight/base/generations.parquet", "generate")
+    assert re.search(r"\bgpu=8\b", resources)
     assert "--backend vllm" in command and "--data-parallel 8" in command
