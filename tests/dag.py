@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,21 @@ def printed_job(target: str, rule: str) -> tuple[str, str]:
 
 def wildcard_values(jobs: list[tuple[str, dict[str, str]]], rule: str, key: str) -> list[str]:
     return sorted(wildcards[key] for name, wildcards in jobs if name == rule)
+
+
+def copy_checkout(destination: Path) -> Path:
+    """The checkout as git sees it (tracked and untracked-but-not-ignored files), without results."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in sorted({os.fsdecode(entry) for entry in listed.split(b"\0") if entry}):
+        source = ROOT / name
+        if not (source.exists() or source.is_symlink()):
+            continue  # deleted in the working tree, not yet in the index
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    return destination

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.dag import ROOT
+from tests.dag import ROOT, copy_checkout
 
 pytestmark = pytest.mark.envs
 
@@ -63,24 +62,10 @@ def test_every_conda_rule_names_a_stage_module_of_the_same_env():
                 assert (ROOT / "envs" / "modules" / "rpb" / module.group(1)).exists()
 
 
-def _copy_repository(dest: Path) -> None:
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        target = dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            target.symlink_to(os.readlink(source))
-        elif source.is_file():
-            shutil.copy2(source, target)
-
-
 @pytest.mark.skipif(bool(_missing()), reason=_missing() or "ready")
 def test_a_toy_target_runs_every_rule_in_its_own_stage_environment(tmp_path):
     work = tmp_path / "repo"
-    _copy_repository(work)
+    copy_checkout(work)
     snakemake = [sys.executable, "-m", "snakemake", *TARGETS, "--profile", "profiles/local"]
     snakemake += ["--sdm", "env-modules", "--config", "fork_server=False"]
     script = f"source {MODULES_INIT} && module use {work / 'envs' / 'modules'} && exec {' '.join(snakemake)}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import re
 import shlex
 import shutil
@@ -32,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dag import JOB_ENV, ROOT
+from tests.dag import JOB_ENV, ROOT, copy_checkout
 
 pytestmark = pytest.mark.slurm
 
@@ -92,24 +91,6 @@ class Run:
 
     def run_id(self) -> str:
         return re.search(r"SLURM run ID: (\S+)", self.output).group(1)
-
-
-def copy_checkout(destination: Path) -> Path:
-    """The checkout as git sees it (tracked and untracked-but-not-ignored files), without results."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout
-    for name in sorted({os.fsdecode(entry) for entry in listed.split(b"\0") if entry}):
-        source = ROOT / name
-        if not (source.exists() or source.is_symlink()):
-            continue  # deleted in the working tree, not yet in the index
-        target = destination / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target, follow_symlinks=False)
-    return destination
 
 
 def snakemake(workdir: Path, *args: str) -> Run:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Iterator
 
 THINK_CLOSE = "</think>"
 THINK_OPEN = "<think>"
@@ -61,6 +62,19 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
+def _unescaped_braces(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """Index and character of each ``{`` and ``}`` from ``start`` on that no backslash escapes."""
+    i = start
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char in "{}":
+            yield i, char
+        i += 1
+
+
 def read_braced(text: str, start: int) -> tuple[str, int] | None:
     """Content of the brace group opening at ``text[start] == "{"`` and the index after its closing brace.
 
@@ -70,19 +84,10 @@ def read_braced(text: str, start: int) -> tuple[str, int] | None:
     if start >= len(text) or text[start] != "{":
         raise ValueError(f"read_braced: no '{{' at index {start}")
     depth = 0
-    i = start
-    while i < len(text):
-        char = text[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
-        i += 1
+    for i, char in _unescaped_braces(text, start):
+        depth += 1 if char == "{" else -1
+        if depth == 0:
+            return text[start + 1 : i], i + 1
     return None
 
 
@@ -95,17 +100,11 @@ def closing_braces(text: str) -> dict[int, int]:
     """
     closes: dict[int, int] = {}
     open_braces: list[int] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char == "\\":
-            i += 2
-            continue
+    for i, char in _unescaped_braces(text):
         if char == "{":
             open_braces.append(i)
-        elif char == "}" and open_braces:
+        elif open_braces:
             closes[open_braces.pop()] = i + 1
-        i += 1
     return closes
 
 
