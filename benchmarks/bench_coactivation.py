@@ -37,7 +37,7 @@ from single_core import add_cpu_argument, pin  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.coactivation_reference import naive_coactivation  # noqa: E402
-from workflow_scripts.probe.graphs import coactivation_layers  # noqa: E402
+from workflow_scripts.routing_metrics.graphs import coactivation_layers  # noqa: E402
 
 N_LAYERS, N_TOKENS, K, N_EXPERTS = 26, 5_000, 6, 64
 GOAL = 100.0

@@ -20,9 +20,9 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from single_core import add_cpu_argument, pin  # noqa: E402
 
-from workflow_scripts.probe.communities import louvain  # noqa: E402
-from workflow_scripts.probe.graphs import coactivation_layers, threshold_top_fraction  # noqa: E402
 from workflow_scripts.probe.null_model import null_margins  # noqa: E402
+from workflow_scripts.routing_metrics.communities import louvain  # noqa: E402
+from workflow_scripts.routing_metrics.graphs import coactivation_layers, threshold_top_fraction  # noqa: E402
 
 N_LAYERS, N_EXPERTS, K, N_TOKENS, SAMPLES, RHO = 26, 64, 6, 5_000, 100, 0.10
 

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 from single_core import CLOCKS, add_clock_arguments  # noqa: E402
 from toy_models import add_model_arguments, architectures, toy_spec  # noqa: E402
 
+from workflow_scripts.modeling.tokenizer import train_tokenizer  # noqa: E402
+from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model  # noqa: E402
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
-from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
-from workflow_scripts.models.toy import ToyModelSpec, build_toy_model  # noqa: E402
 from workflow_scripts.registry import load_config  # noqa: E402
 from workflow_scripts.train.batches import Example, encode_rows  # noqa: E402
 from workflow_scripts.train.cli import train_config  # noqa: E402

@@ -1,13 +1,18 @@
 # Registry loading, wildcard constraints, input functions and target lists.
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 sys.path.insert(0, workflow.basedir)
 
 from workflow_scripts import forkserver, layout, registry
+from workflow_scripts.report.inputs import declared_files
 
+registry.check_config_files(workflow.configfiles)  # duplicate keys, which the YAML parser let pass
 registry.validate_config(config, f"{workflow.basedir}/workflow_scripts/schemas/config.schema.json")
 registry.cap_seeds(config)
 
@@ -29,6 +34,39 @@ onsuccess:
 
 onerror:
     forkserver.stop()
+
+
+def check_cache_revisions():
+    """``--cache`` at paper scale needs hub commits in config.yaml, not refs (registry.moving_revisions)."""
+    requested = workflow.workflow_settings.cache
+    if requested is None or config["scale"] != "paper":
+        return
+    sections = ["datasets", "models"]
+    if not requested or "download_benchmark" in requested:
+        sections.append("benchmarks")
+    moving = registry.moving_revisions(config, sections)
+    if moving:
+        raise WorkflowError(
+            f"--cache: {', '.join(moving)} name a moving ref, not a commit, so a cached output could "
+            "not tell one hub state from another. Write the commits the downloads recorded "
+            "(revision_resolved in results/raw/*/*.manifest.json, results/models/*/manifest.json, "
+            "results/benchmarks/*/manifest.json) into config.yaml, or run without --cache."
+        )
+
+
+check_cache_revisions()
+
+
+def merged_config_files():
+    """The config files Snakemake merged, in precedence order: config.yaml, then each overlay given."""
+    overlays = [str(path) for path in workflow.overwrite_configfiles]
+    loaded = [str(path) for path in workflow.configfiles if str(path) not in overlays]
+    return [os.path.relpath(path) if Path(path).is_relative_to(Path.cwd()) else path for path in loaded + overlays]
+
+
+def gpu_days(path):
+    """A trained checkpoint or a generation: write-protected once written where ``protect_outputs``."""
+    return protected(path) if config["protect_outputs"] else path
 
 
 OUTPUTS = registry.outputs(config)
@@ -61,10 +99,50 @@ MEGATRON_CONDA = None if MEGATRON_CONTAINER else "../envs/megatron.yaml"
 PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
 # An evaluated run is the base model (once, not per corpus) or one trained (corpus, condition, seed).
 EVALUATED_RUN = rf"base|(?:{alternatives(config['corpora'])})/(?:{alternatives(config['conditions'])})/s\d+"
-BENCHMARK_ITEMS = expand("results/benchmarks/{benchmark}/items.parquet", benchmark=sorted(config["benchmarks"]))
-SAMPLING = {
-    key: config["evaluation"][key] for key in ("temperature", "top_p", "max_new_tokens", "repeats", "base_seed")
-}
+BENCHMARK_ITEMS = expand(layout.rule_path("benchmark", name="items.parquet"), benchmark=sorted(config["benchmarks"]))
+
+
+def config_slice(section, keys):
+    """The named keys of a config section as JSON (absent ones left out): what one command reads.
+
+    A job's params then hold only values its command uses, so Snakemake's params trigger reruns it
+    when one of them changes, never for another key of the same section.
+    """
+    return json.dumps({key: section[key] for key in keys if key in section}, sort_keys=True)
+
+
+SAMPLING = config_slice(
+    config["evaluation"], ("temperature", "top_p", "max_new_tokens", "repeats", "base_seed")
+)
+# The keys of each config section a command reads (workflow_scripts/train/cli.py train_config,
+# train/megatron/settings.py, train/objective.py Objective.from_condition, probe/cli.py run_retention).
+TRAINING_KEYS = (
+    "epochs",
+    "global_batch_size",
+    "micro_batch_size",
+    "sequence_length",
+    "packing",
+    "loss_on",
+    "precision",
+    "checkpoint_every_steps",
+    "expert_bias_update_rate",
+    "optimizer",
+    "schedule",
+)
+LOCAL_TRAINING = config_slice(config["training"], ("backend", *TRAINING_KEYS))
+MEGATRON_TRAINING = config_slice(config["training"], ("parallelism", *TRAINING_KEYS))
+CONDITION_KEYS = ("intervention", "params", "settings", "prior")
+RETENTION_PROBE = config_slice(
+    config["probe"],
+    ("divergence_log_base", "null_model", "edge_fraction_sweep", "robustness_detectors", "detector_seeds"),
+)
+# generate's options of the configured backend only (hf batches prompts; vllm runs data-parallel
+# engines), so a setting of the other backend reruns no generation.
+GENERATE_OPTIONS = {
+    "hf": f"--batch-size {config['evaluation']['batch_size']}",
+    "vllm": f"--data-parallel {config['evaluation']['data_parallel']}"
+    f" --engine {shlex.quote(json.dumps(config['evaluation']['engine'], sort_keys=True))}",
+}[config["evaluation"]["backend"]]
 SANDBOX_LIMITS = json.dumps(
     {"timeout_s": config["evaluation"]["code_timeout_seconds"], **config["evaluation"]["sandbox"]}, sort_keys=True
 )
@@ -98,16 +176,13 @@ def sourced_from(kind, ids):
 
 
 def corpus_files(corpus):
-    return {
-        "train": f"results/data/{corpus}/train.parquet",
-        "probe": f"results/data/{corpus}/probe.parquet",
-        "report": f"results/data/{corpus}/report.json",
-    }
+    names = {"train": "train.parquet", "probe": "probe.parquet", "report": "report.json"}
+    return {key: layout.rule_path("corpus", corpus=corpus, name=name) for key, name in names.items()}
 
 
 def raw_file(wildcards):
     corpus = config["corpora"][wildcards.corpus]
-    return f"results/raw/{corpus['dataset']}/{corpus['subset']}.parquet"
+    return layout.rule_path("raw", ".parquet", dataset=corpus["dataset"], subset=corpus["subset"])
 
 
 def corpus_spec(wildcards):
@@ -131,14 +206,15 @@ def toy_model_spec(wildcards):
 
 
 def prior_file(model, corpus, kind):
-    return str(layout.prior_file("results", model, corpus, layout.PRIOR_FILES[kind]))
+    return layout.rule_path("prior", model=model, corpus=corpus, name=layout.PRIOR_FILES[kind])
 
 
 def checkpoint_of(model, run):
     """The base model, or the trained checkpoint ``{corpus}/{condition}/s{seed}``."""
     if run == registry.BASE:
-        return f"results/models/{model}/base"
-    return f"results/checkpoints/{model}/{run}"
+        return layout.rule_path("model", model=model, name="base")
+    corpus, condition, seed = run.split("/")
+    return layout.rule_path("checkpoint", model=model, corpus=corpus, condition=condition, seed=seed.removeprefix("s"))
 
 
 def probed_checkpoint(wildcards):
@@ -168,7 +244,7 @@ def probe_result(probe):
 
 
 def closure_inputs(output_id):
-    """The files of every stage behind one table or figure."""
+    """The files of every stage behind one table or figure, the ones its report job reads included."""
     closure = registry.closure(config, output_id)
     files = [path for corpus in sorted(closure.corpora) for path in corpus_files(corpus).values()]
     files += sorted(prior_file(p.model, p.corpus, p.kind) for p in closure.priors)
@@ -180,7 +256,7 @@ def closure_inputs(output_id):
     files += sorted(probe_result(p) for p in closure.probes)
     files += sorted(str(layout.summary_path("results", e)) for e in closure.evaluations)
     files += sorted(str(layout.checkpoint_dir("results", t)) for t in closure.trainings)
-    return files
+    return list(dict.fromkeys(files + report_files(output_id)))
 
 
 def condition_prior(wildcards):
@@ -207,31 +283,54 @@ def prior_arguments(wildcards, input):
     return arguments
 
 
-REPORT_CONFIG_KEYS = ("scale", "models", "corpora", "conditions", "benchmarks", "training", "prior", "probe", "evaluation")
+# What the report reads of the registry's shared sections (workflow_scripts/report/, evaluate/aggregate.py).
+REPORT_SLICES = {
+    "benchmarks": ("name", "family", "overall9"),
+    "evaluation": ("repeats",),
+    "probe": ("detector", "edge_fraction", "edge_fraction_sweep", "robustness_detectors", "detector_seeds", "null_model"),
+}
 
 
 def report_config(output_id):
-    """The registry slice a table or figure reads: shared sections plus its own entry, as JSON."""
+    """The registry slice a table or figure reads, as JSON: its own entry, the models, corpora and
+    conditions its cells name, and the fields of the shared sections the report code reads."""
     section = "tables" if output_id in config["tables"] else "figures"
-    entry = {"tables": {}, "figures": {}}
-    entry[section] = {output_id: config[section][output_id]}
-    return json.dumps({**{key: config[key] for key in REPORT_CONFIG_KEYS}, **entry}, sort_keys=True)
+    entry = config[section][output_id]
+    named = {"models": set(), "corpora": set(), "conditions": set(entry.get("lists_conditions", []))}
+    for cell in entry["cells"]:
+        for key, ids in named.items():
+            ids.update(cell.get(key, []))
+    sliced = {key: {i: spec for i, spec in config[key].items() if i in ids} for key, ids in named.items()}
+    shared = {
+        "benchmarks": {name: {k: spec[k] for k in REPORT_SLICES["benchmarks"]} for name, spec in config["benchmarks"].items()},
+        "evaluation": {k: config["evaluation"][k] for k in REPORT_SLICES["evaluation"]},
+        "probe": {k: config["probe"][k] for k in REPORT_SLICES["probe"]},
+    }
+    tables_and_figures = {"tables": {}, "figures": {}}
+    tables_and_figures[section] = {output_id: entry}
+    return json.dumps({"scale": config["scale"], **sliced, **shared, **tables_and_figures}, sort_keys=True)
+
+
+def report_files(output_id):
+    """Exactly the result files a table's or figure's report job reads (workflow_scripts/report/inputs.py)."""
+    return [str(path) for path in declared_files(config, output_id, "results")]
 
 
 def report_inputs(output_id):
-    """A table's or figure's closure, plus the paper's published values where the paper has numbers."""
-    inputs = {"closure": closure_inputs(output_id)}
-    reference = f"reference/{output_id}.csv"
-    if output_id in config["tables"] and Path(workflow.basedir, reference).is_file():
-        inputs["reference"] = reference
+    """A table's or figure's result files, plus the paper's published values (and notes on them) where it has numbers."""
+    inputs = {"files": report_files(output_id)}
+    if output_id in config["tables"]:
+        for name, path in (("reference", f"reference/{output_id}.csv"), ("reference_notes", f"reference/{output_id}.notes.md")):
+            if Path(workflow.basedir, path).is_file():
+                inputs[name] = path
     return inputs
 
 
 def output_files(output_id):
     if output_id in config["tables"]:
-        return expand("results/tables/{table}.{ext}", table=output_id, ext=("csv", "md", "tex"))
-    return expand("results/figures/{figure}.{ext}", figure=output_id, ext=("csv", "png", "pdf"))
+        return [layout.rule_path("table", f".{ext}", table=output_id) for ext in ("csv", "md", "tex")]
+    return [layout.rule_path("figure", f".{ext}", figure=output_id) for ext in ("csv", "png", "pdf")]
 
 
 def all_targets():
-    return expand("results/provenance/{output}.json", output=sorted(OUTPUTS))
+    return [layout.rule_path("provenance", ".json", output=output) for output in sorted(OUTPUTS)]

@@ -3,7 +3,7 @@
 
 rule download_dataset:
     output:
-        multiext("results/raw/{dataset}/{subset}", raw=".parquet", manifest=".manifest.json"),
+        multiext(layout.rule_path("raw"), raw=".parquet", manifest=".manifest.json"),
     wildcard_constraints:
         dataset=sourced_from("hub", config["datasets"]),
     params:
@@ -28,7 +28,7 @@ rule download_dataset:
 
 rule generate_toy_dataset:
     output:
-        raw="results/raw/{dataset}/{subset}.parquet",
+        raw=layout.rule_path("raw", ".parquet"),
     wildcard_constraints:
         dataset=sourced_from("toy", config["datasets"]),
     params:
@@ -53,7 +53,7 @@ rule build_corpus:
         raw=raw_file,
     output:
         multiext(
-            "results/data/{corpus}/",
+            layout.rule_path("corpus", name=""),
             train="train.parquet",
             probe="probe.parquet",
             report="report.json",

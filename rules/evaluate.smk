@@ -3,8 +3,8 @@
 
 rule download_benchmark:
     output:
-        raw="results/benchmarks/{benchmark}/raw.parquet",
-        manifest="results/benchmarks/{benchmark}/manifest.json",
+        raw=layout.rule_path("benchmark", name="raw.parquet"),
+        manifest=layout.rule_path("benchmark", name="manifest.json"),
     wildcard_constraints:
         benchmark=sourced_from("hub", config["benchmarks"]),
     params:
@@ -28,7 +28,7 @@ rule download_benchmark:
 
 rule toy_benchmark:
     output:
-        raw="results/benchmarks/{benchmark}/raw.parquet",
+        raw=layout.rule_path("benchmark", name="raw.parquet"),
     wildcard_constraints:
         benchmark=sourced_from("toy", config["benchmarks"]),
     log:
@@ -44,12 +44,12 @@ rule toy_benchmark:
 
 rule benchmark_items:
     input:
-        raw="results/benchmarks/{benchmark}/raw.parquet",
+        raw=layout.rule_path("benchmark", name="raw.parquet"),
     output:
-        benchmark_items="results/benchmarks/{benchmark}/items.parquet",
-        provenance="results/benchmarks/{benchmark}/provenance.json",
+        benchmark_items=layout.rule_path("benchmark", name="items.parquet"),
+        provenance=layout.rule_path("benchmark", name="provenance.json"),
     params:
-        spec=lambda w: json.dumps(config["benchmarks"][w.benchmark], sort_keys=True),
+        spec=lambda w: config_slice(config["benchmarks"][w.benchmark], ("template",)),
         shuffle_seed=config["evaluation"]["choice_shuffle_seed"],
         limit=(
             f"--limit {config['evaluation']['items_per_benchmark']}"
@@ -73,16 +73,14 @@ rule generate:
         checkpoint=evaluated_checkpoint,
         benchmark_items=BENCHMARK_ITEMS,
     output:
-        generations="results/evals/{model}/{run}/generations.parquet",
-        provenance="results/evals/{model}/{run}/generations.provenance.json",
+        generations=gpu_days(layout.rule_path("eval", name="generations.parquet")),
+        provenance=layout.rule_path("eval", name="generations.provenance.json"),
     wildcard_constraints:
         run=EVALUATED_RUN,
     params:
-        sampling=json.dumps(SAMPLING, sort_keys=True),
+        sampling=SAMPLING,
         backend=config["evaluation"]["backend"],
-        batch_size=config["evaluation"]["batch_size"],
-        data_parallel=config["evaluation"]["data_parallel"],
-        engine=json.dumps(config["evaluation"]["engine"], sort_keys=True),
+        options=GENERATE_OPTIONS,
     log:
         "logs/evals/generate/{model}/{run}.log",
     conda:
@@ -92,19 +90,19 @@ rule generate:
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts evaluate generate --checkpoint {input.checkpoint:q}"
-        " --items {input.benchmark_items:q} --sampling {params.sampling:q} --backend {params.backend}"
-        " --batch-size {params.batch_size} --data-parallel {params.data_parallel} --engine {params.engine:q}"
+        " --items {input.benchmark_items:q} --sampling {params.sampling:q}"
+        " --backend {params.backend} {params.options}"
         " --out {output.generations:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule score:
     input:
         benchmark_items=BENCHMARK_ITEMS,
-        generations="results/evals/{model}/{run}/generations.parquet",
+        generations=layout.rule_path("eval", name="generations.parquet"),
     output:
-        scores="results/evals/{model}/{run}/scores.parquet",
-        summary="results/evals/{model}/{run}/summary.json",
-        provenance="results/evals/{model}/{run}/provenance.json",
+        scores=layout.rule_path("eval", name="scores.parquet"),
+        summary=layout.rule_path("eval", name="summary.json"),
+        provenance=layout.rule_path("eval", name="provenance.json"),
     wildcard_constraints:
         run=EVALUATED_RUN,
     params:
@@ -112,6 +110,7 @@ rule score:
         limits=SANDBOX_LIMITS,
         workers=config["evaluation"]["grading_workers"],
         math_timeout=config["evaluation"]["math_timeout_seconds"],
+        max_response_chars=config["evaluation"]["max_response_chars"],
         identity=evaluated_run,
     log:
         "logs/evals/score/{model}/{run}.log",
@@ -123,5 +122,6 @@ rule score:
     shell:
         "python -m workflow_scripts evaluate score --items {input.benchmark_items:q} --generations {input.generations:q}"
         " --repeats {params.repeats} --limits {params.limits:q} --workers {params.workers}"
-        " --math-timeout {params.math_timeout} --identity {params.identity:q}"
+        " --math-timeout {params.math_timeout} --max-response-chars {params.max_response_chars}"
+        " --identity {params.identity:q}"
         " --scores {output.scores:q} --summary {output.summary:q} --provenance {output.provenance:q} > {log:q} 2>&1"

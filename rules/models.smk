@@ -3,8 +3,8 @@
 
 rule download_model:
     output:
-        base=directory("results/models/{model}/base"),
-        manifest="results/models/{model}/manifest.json",
+        base=directory(layout.rule_path("model", name="base")),
+        manifest=layout.rule_path("model", name="manifest.json"),
     wildcard_constraints:
         model=sourced_from("hub", config["models"]),
     params:
@@ -27,9 +27,9 @@ rule download_model:
 
 rule toy_base_model:
     output:
-        base=directory("results/models/{model}/base"),
-        report="results/models/{model}/routing_report.json",
-        provenance="results/models/{model}/provenance.json",
+        base=directory(layout.rule_path("model", name="base")),
+        report=layout.rule_path("model", name="routing_report.json"),
+        provenance=layout.rule_path("model", name="provenance.json"),
     wildcard_constraints:
         model=sourced_from("toy", config["models"]),
     params:

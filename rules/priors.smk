@@ -3,13 +3,13 @@
 
 rule prior:
     input:
-        model="results/models/{model}/base",
-        split="results/data/{corpus}/train.parquet",
+        model=layout.rule_path("model", name="base"),
+        split=layout.rule_path("corpus", name="train.parquet"),
     output:
-        prior="results/priors/{model}/{corpus}/prior.npy",
-        meta="results/priors/{model}/{corpus}/meta.json",
-        stats="results/priors/{model}/{corpus}/stats.json",
-        provenance="results/priors/{model}/{corpus}/provenance.json",
+        prior=layout.rule_path("prior", name="prior.npy"),
+        meta=layout.rule_path("prior", name="meta.json"),
+        stats=layout.rule_path("prior", name="stats.json"),
+        provenance=layout.rule_path("prior", name="provenance.json"),
     params:
         batch_size=config["prior"]["batch_size"],
         max_length=config["training"]["sequence_length"],
@@ -21,6 +21,7 @@ rule prior:
         "../envs/train.yaml"
     envmodules:
         "rpb/train",
+    cache: True  # deterministic and expensive: reusable between workflows (--cache)
     threads: 2
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts priors compute --model {input.model:q} --split {input.split:q}"

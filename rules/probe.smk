@@ -4,11 +4,11 @@
 rule probe_routes:
     input:
         checkpoint=probed_checkpoint,
-        pool="results/data/{corpus}/probe.parquet",
+        pool=layout.rule_path("corpus", name="probe.parquet"),
     output:
-        routes="results/probes/{model}/{corpus}/{run}/routes.npz",
-        meta="results/probes/{model}/{corpus}/{run}/meta.json",
-        provenance="results/probes/{model}/{corpus}/{run}/provenance.json",
+        routes=layout.rule_path("probe", name="routes.npz"),
+        meta=layout.rule_path("probe", name="meta.json"),
+        provenance=layout.rule_path("probe", name="provenance.json"),
     wildcard_constraints:
         run=PROBED_RUN,
     params:
@@ -20,6 +20,7 @@ rule probe_routes:
         "../envs/train.yaml"
     envmodules:
         "rpb/train",
+    cache: True  # deterministic and expensive: reusable between workflows (--cache)
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts probe routes --checkpoint {input.checkpoint:q}"
@@ -29,10 +30,10 @@ rule probe_routes:
 
 rule base_partition:
     input:
-        routes="results/probes/{model}/{corpus}/base/routes.npz",
+        routes=layout.rule_path("probe", run="base", name="routes.npz"),
     output:
-        partition="results/graphs/{model}/{corpus}/base/partition.json",
-        provenance="results/graphs/{model}/{corpus}/base/provenance.json",
+        partition=layout.rule_path("graph", run="base", name="partition.json"),
+        provenance=layout.rule_path("graph", run="base", name="provenance.json"),
     params:
         detector=DETECTOR,
     log:
@@ -48,16 +49,16 @@ rule base_partition:
 
 rule retention:
     input:
-        routes="results/probes/{model}/{corpus}/{condition}/s{seed}/routes.npz",
-        base_routes="results/probes/{model}/{corpus}/base/routes.npz",
-        partition="results/graphs/{model}/{corpus}/base/partition.json",
+        routes=layout.rule_path("probe", run="{condition}/s{seed}", name="routes.npz"),
+        base_routes=layout.rule_path("probe", run="base", name="routes.npz"),
+        partition=layout.rule_path("graph", run="base", name="partition.json"),
     output:
-        metrics="results/graphs/{model}/{corpus}/{condition}/s{seed}/metrics.json",
-        layers="results/graphs/{model}/{corpus}/{condition}/s{seed}/layers.parquet",
-        provenance="results/graphs/{model}/{corpus}/{condition}/s{seed}/provenance.json",
+        metrics=layout.rule_path("graph", run="{condition}/s{seed}", name="metrics.json"),
+        layers=layout.rule_path("graph", run="{condition}/s{seed}", name="layers.parquet"),
+        provenance=layout.rule_path("graph", run="{condition}/s{seed}", name="provenance.json"),
     params:
         detector=DETECTOR,
-        probe=json.dumps(config["probe"], sort_keys=True),
+        probe=RETENTION_PROBE,
     log:
         "logs/graphs/retention/{model}/{corpus}/{condition}/s{seed}.log",
     conda:
@@ -72,13 +73,13 @@ rule retention:
 
 rule shuffled_priors:
     input:
-        prior="results/priors/{model}/{corpus}/prior.npy",
-        partition="results/graphs/{model}/{corpus}/base/partition.json",
+        prior=layout.rule_path("prior", name="prior.npy"),
+        partition=layout.rule_path("graph", run="base", name="partition.json"),
     output:
-        within="results/priors/{model}/{corpus}/shuffled-within.npy",
-        shuffled_global="results/priors/{model}/{corpus}/shuffled-global.npy",
-        validation="results/priors/{model}/{corpus}/prior_validation.json",
-        provenance="results/priors/{model}/{corpus}/shuffle-provenance.json",
+        within=layout.rule_path("prior", name="shuffled-within.npy"),
+        shuffled_global=layout.rule_path("prior", name="shuffled-global.npy"),
+        validation=layout.rule_path("prior", name="prior_validation.json"),
+        provenance=layout.rule_path("prior", name="shuffle-provenance.json"),
     params:
         top_k=lambda w: config["models"][w.model]["top_k"],
         seed=config["probe"]["shuffle_seeds"][0],

@@ -1,4 +1,6 @@
-# Paper tables and figures: each computed from its closure's results and set beside the paper's values.
+# Paper tables and figures: each computed from exactly the result files it reads (report_inputs), set beside
+# the paper's values. A figure's numbers (figure_data) and its drawing (figure) are separate jobs, so a
+# restyled plot redraws from the CSV without recomputing.
 
 
 rule table:
@@ -6,18 +8,20 @@ rule table:
         unpack(lambda w: report_inputs(w.table)),
     output:
         csv=report(
-            "results/tables/{table}.csv",
+            layout.rule_path("table", ".csv"),
             caption="captions/table.rst",
             category="Tables",
             labels={"table": "{table}"},
         ),
-        md="results/tables/{table}.md",
-        tex="results/tables/{table}.tex",
+        md=layout.rule_path("table", ".md"),
+        tex=layout.rule_path("table", ".tex"),
     wildcard_constraints:
         table=alternatives(config["tables"]),
     params:
         config=lambda w: report_config(w.table),
-        reference=lambda w, input: f"--reference {input.reference}" if "reference" in input.keys() else "",
+        reference=lambda w, input: " ".join(
+            f"--{name.replace('_', '-')} {input[name]}" for name in ("reference", "reference_notes") if name in input.keys()
+        ),
     log:
         "logs/report/{table}.log",
     conda:
@@ -26,32 +30,50 @@ rule table:
         "rpb/analysis",
     shell:
         "python -m workflow_scripts report table --id {wildcards.table} --config {params.config:q}"
-        " --results results {params.reference} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q}"
+        " --results results --inputs {input.files:q} {params.reference}"
+        " --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q}"
         " > {log:q} 2>&1"
 
 
-rule figure:
+rule figure_data:
     input:
         unpack(lambda w: report_inputs(w.figure)),
     output:
-        data="results/figures/{figure}.csv",
-        png=report(
-            "results/figures/{figure}.png",
-            caption="captions/figure.rst",
-            category="Figures",
-            labels={"figure": "{figure}"},
-        ),
-        pdf="results/figures/{figure}.pdf",
+        data=layout.rule_path("figure", ".csv"),
     wildcard_constraints:
         figure=alternatives(config["figures"]),
     params:
         config=lambda w: report_config(w.figure),
     log:
-        "logs/report/{figure}.log",
+        "logs/report/{figure}.data.log",
     conda:
         "../envs/analysis.yaml"
     envmodules:
         "rpb/analysis",
     shell:
-        "python -m workflow_scripts report figure --id {wildcards.figure} --config {params.config:q}"
-        " --results results --data {output.data:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"
+        "python -m workflow_scripts report figure-data --id {wildcards.figure} --config {params.config:q}"
+        " --results results --inputs {input.files:q} --data {output.data:q} > {log:q} 2>&1"
+
+
+rule figure:
+    input:
+        data=layout.rule_path("figure", ".csv"),
+    output:
+        png=report(
+            layout.rule_path("figure", ".png"),
+            caption="captions/figure.rst",
+            category="Figures",
+            labels={"figure": "{figure}"},
+        ),
+        pdf=layout.rule_path("figure", ".pdf"),
+    wildcard_constraints:
+        figure=alternatives(config["figures"]),
+    log:
+        "logs/report/{figure}.plot.log",
+    conda:
+        "../envs/analysis.yaml"
+    envmodules:
+        "rpb/analysis",
+    shell:
+        "python -m workflow_scripts report figure-plot --id {wildcards.figure} --data {input.data:q}"
+        " --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"

@@ -7,18 +7,18 @@
 rule train_local:
     input:
         unpack(condition_prior),
-        base="results/models/{model}/base",
-        split="results/data/{corpus}/train.parquet",
+        base=layout.rule_path("model", name="base"),
+        split=layout.rule_path("corpus", name="train.parquet"),
     output:
-        checkpoint=directory("results/checkpoints/{model}/{corpus}/{condition}/s{seed}"),
-        log="results/checkpoints/{model}/{corpus}/{condition}/s{seed}.log.jsonl",
-        provenance="results/checkpoints/{model}/{corpus}/{condition}/s{seed}.provenance.json",
+        checkpoint=gpu_days(directory(layout.rule_path("checkpoint"))),
+        log=layout.rule_path("checkpoint", ".log.jsonl"),
+        provenance=layout.rule_path("checkpoint", ".provenance.json"),
     wildcard_constraints:
         condition=alternatives(config["conditions"] if TRAINING_BACKEND == "hf" else []),
     params:
         architecture=lambda w: config["models"][w.model]["architecture"],
-        condition=lambda w: json.dumps(config["conditions"][w.condition], sort_keys=True),
-        training=json.dumps(config["training"], sort_keys=True),
+        condition=lambda w: config_slice(config["conditions"][w.condition], CONDITION_KEYS),
+        training=LOCAL_TRAINING,
         prior=prior_arguments,
         bias_in_gate_weights=str(config["prior"]["bias_in_gate_weights"]).lower(),
     log:
@@ -41,10 +41,10 @@ rule train_local:
 
 rule megatron_import:
     input:
-        base="results/models/{model}/base",
+        base=layout.rule_path("model", name="base"),
     output:
-        megatron=directory("results/megatron/{model}/base"),
-        provenance="results/megatron/{model}/base.provenance.json",
+        megatron=directory(layout.rule_path("megatron_base")),
+        provenance=layout.rule_path("megatron_base", ".provenance.json"),
     wildcard_constraints:
         model=alternatives(config["models"] if TRAINING_BACKEND == "megatron" else []),
     log:
@@ -53,6 +53,7 @@ rule megatron_import:
         MEGATRON_CONDA
     envmodules:
         "rpb/megatron",
+    cache: True  # deterministic and expensive: reusable between workflows (--cache)
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-import --hf-base {input.base:q} --out {output.megatron:q}"
@@ -61,9 +62,9 @@ rule megatron_import:
 
 rule chat_dataset:
     input:
-        split="results/data/{corpus}/train.parquet",
+        split=layout.rule_path("corpus", name="train.parquet"),
     output:
-        dataset=directory("results/megatron/datasets/{corpus}"),
+        dataset=directory(layout.rule_path("megatron_dataset")),
     log:
         "logs/megatron/datasets/{corpus}.log",
     conda:
@@ -81,23 +82,30 @@ rule chat_dataset:
 rule train_megatron:
     input:
         unpack(condition_prior),
-        hf_base="results/models/{model}/base",
-        megatron_base="results/megatron/{model}/base",
-        dataset="results/megatron/datasets/{corpus}",
-        split="results/data/{corpus}/train.parquet",
+        hf_base=layout.rule_path("model", name="base"),
+        megatron_base=layout.rule_path("megatron_base"),
+        dataset=layout.rule_path("megatron_dataset"),
+        split=layout.rule_path("corpus", name="train.parquet"),
     output:
-        megatron=directory("results/megatron/trained/{model}/{corpus}/{condition}/s{seed}"),
-        record="results/megatron/trained/{model}/{corpus}/{condition}/s{seed}.record.json",
-        provenance="results/megatron/trained/{model}/{corpus}/{condition}/s{seed}.provenance.json",
+        megatron=gpu_days(directory(layout.rule_path("megatron_trained"))),
+        record=layout.rule_path("megatron_trained", ".record.json"),
+        provenance=layout.rule_path("megatron_trained", ".provenance.json"),
     wildcard_constraints:
         condition=alternatives(config["conditions"] if TRAINING_BACKEND == "megatron" else []),
     params:
-        condition=lambda w: json.dumps(config["conditions"][w.condition], sort_keys=True),
-        training=json.dumps(config["training"], sort_keys=True),
-        prior=prior_arguments,
-        bias_in_gate_weights=str(config["prior"]["bias_in_gate_weights"]).lower(),
         moe_layers=lambda w: config["models"][w.model]["moe_layers"],
-        work="results/megatron/work/{model}/{corpus}/{condition}/s{seed}",
+        # What the run reads and where it resumes: the claim (binding the work folder to this run's
+        # settings and inputs, train/megatron/resume.py) and the training take the same arguments.
+        run=lambda w, input: " ".join(
+            [
+                f"--hf-base {shlex.quote(input.hf_base)} --megatron-base {shlex.quote(input.megatron_base)}",
+                f"--dataset {shlex.quote(input.dataset)} --split {shlex.quote(input.split)}",
+                f"--condition {shlex.quote(config_slice(config['conditions'][w.condition], CONDITION_KEYS))}",
+                f"--training {shlex.quote(MEGATRON_TRAINING)} --seed {w.seed} {prior_arguments(w, input)}",
+                f"--bias-in-gate-weights {str(config['prior']['bias_in_gate_weights']).lower()}",
+                f"--work {shlex.quote(layout.rule_path('megatron_work', **dict(w.items())))}",
+            ]
+        ),
         nodes=PARALLELISM["nodes"],
         gpus=PARALLELISM["gpus_per_node"],
     resources:
@@ -110,19 +118,17 @@ rule train_megatron:
         "rpb/megatron",
     container: MEGATRON_CONTAINER
     shell:
-        "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
-        " --launcher {resources.mpi} -- train megatron --hf-base {input.hf_base:q} --megatron-base {input.megatron_base:q}"
-        " --dataset {input.dataset:q} --split {input.split:q} --condition {params.condition:q} --training {params.training:q}"
-        " --seed {wildcards.seed} {params.prior} --bias-in-gate-weights {params.bias_in_gate_weights}"
-        " --moe-layers {params.moe_layers} --work {params.work:q} --out {output.megatron:q} --record {output.record:q}"
-        " --provenance {output.provenance:q} > {log:q} 2>&1"
+        "(python -m workflow_scripts train megatron-claim {params.run}"
+        " && python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
+        " --launcher {resources.mpi} -- train megatron {params.run} --moe-layers {params.moe_layers}"
+        " --out {output.megatron:q} --record {output.record:q} --provenance {output.provenance:q}) > {log:q} 2>&1"
 
 
 # The training rule's allocation and launch line with a rendezvous report instead of training:
 # `snakemake --profile slurm results/megatron/launch_check.txt` before spending GPU-days.
 rule megatron_launch_check:
     output:
-        report="results/megatron/launch_check.txt",
+        report=layout.rule_path("megatron_check"),
     params:
         nodes=PARALLELISM["nodes"],
         gpus=PARALLELISM["gpus_per_node"],
@@ -142,12 +148,12 @@ rule megatron_launch_check:
 
 rule export_megatron:
     input:
-        hf_base="results/models/{model}/base",
-        megatron="results/megatron/trained/{model}/{corpus}/{condition}/s{seed}",
-        record="results/megatron/trained/{model}/{corpus}/{condition}/s{seed}.record.json",
+        hf_base=layout.rule_path("model", name="base"),
+        megatron=layout.rule_path("megatron_trained"),
+        record=layout.rule_path("megatron_trained", ".record.json"),
     output:
-        checkpoint=directory("results/checkpoints/{model}/{corpus}/{condition}/s{seed}"),
-        provenance="results/checkpoints/{model}/{corpus}/{condition}/s{seed}.provenance.json",
+        checkpoint=gpu_days(directory(layout.rule_path("checkpoint"))),
+        provenance=layout.rule_path("checkpoint", ".provenance.json"),
     wildcard_constraints:
         condition=alternatives(config["conditions"] if TRAINING_BACKEND == "megatron" else []),
     log:

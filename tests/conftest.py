@@ -53,7 +53,7 @@ def training_inputs(tmp_path_factory) -> dict[str, Path]:
 
     from tests.test_train import SPEC, toy_rows, toy_tokenizer
     from workflow_scripts.cli import main
-    from workflow_scripts.models.toy import build_toy_model, save_toy_base
+    from workflow_scripts.modeling.toy import build_toy_model, save_toy_base
 
     root = tmp_path_factory.mktemp("training_inputs")
     tokenizer = toy_tokenizer()

@@ -13,6 +13,9 @@ if [ ! -f /usr/share/modules/init/bash ]; then
     exit 0
 fi
 . .venv/bin/activate
+. tests/disk.sh
+need_free_gb 6 "the data, train and analysis environments"
+discard_when_done .venvs
 for env in data train analysis; do
     python -m workflow_scripts envs venv "$env"
 done

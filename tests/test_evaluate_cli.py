@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import TINY_SPEC, load_config
 from workflow_scripts.cli import main
-from workflow_scripts.models.tokenizer import train_tokenizer
-from workflow_scripts.models.toy import ToyModelSpec, build_toy_model, save_toy_base
+from workflow_scripts.modeling.tokenizer import train_tokenizer
+from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_toy_base
 
 BENCHMARKS = ("gsm8k", "mmlu_pro", "humaneval")
 SAMPLING = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8, "repeats": 2, "base_seed": 42}
@@ -92,3 +92,42 @@ def test_items_without_a_column_are_named(evaluated, tmp_path, capsys):
     assert code == 2
     assert f"--items {broken}: missing columns ['answer']" in capsys.readouterr().err
     assert not (tmp_path / "s.json").exists()
+
+
+def _score(evaluated: Path, generations: Path, out: Path, *extra: str) -> int:
+    items = [str(evaluated / f"{name}.items.parquet") for name in BENCHMARKS]
+    return main([
+        "evaluate", "score", "--items", *items, "--generations", str(generations), "--repeats", "2",
+        "--limits", json.dumps(LIMITS), "--workers", "1", "--identity", json.dumps(IDENTITY),
+        "--scores", str(out / "s.parquet"), "--summary", str(out / "s.json"), *extra,
+    ])  # fmt: skip
+
+
+def test_generations_without_a_response_column_are_named(evaluated, tmp_path, capsys):
+    broken = tmp_path / "broken.parquet"
+    pd.read_parquet(evaluated / "generations.parquet").drop(columns="response").to_parquet(broken)
+    assert _score(evaluated, broken, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"error: --generations {broken}: missing columns ['response']" in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
+
+
+def test_null_responses_are_counted_and_the_first_named(evaluated, tmp_path, capsys):
+    generations = pd.read_parquet(evaluated / "generations.parquet")
+    generations.loc[[3, 5], "response"] = None
+    broken = tmp_path / "nulls.parquet"
+    generations.to_parquet(broken)
+    assert _score(evaluated, broken, tmp_path) == 2
+    first = generations.iloc[3]
+    err = capsys.readouterr().err
+    assert (
+        f"error: --generations {broken}: column 'response' has 2 null values, first benchmark "
+        f"{first['benchmark']!r} item {first['item_id']!r} repeat {first['repeat']}"
+    ) in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
+
+
+def test_max_response_chars_reaches_grading(evaluated, tmp_path, caplog):
+    assert _score(evaluated, evaluated / "generations.parquet", tmp_path, "--max-response-chars", "1") == 0
+    assert pd.read_parquet(tmp_path / "s.parquet")["score"].eq(0.0).all()
+    assert "responses longer than 1 characters scored 0" in caplog.text

@@ -19,8 +19,8 @@ from workflow_scripts.evaluate.generation import (
     shard_bounds,
     vllm_sampling_kwargs,
 )
-from workflow_scripts.models.tokenizer import train_tokenizer
-from workflow_scripts.models.toy import ToyModelSpec, build_toy_model
+from workflow_scripts.modeling.tokenizer import train_tokenizer
+from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model
 
 QUESTIONS = ["What is 2 + 3?", "Name a prime.", "def add(a, b):", "Sort the list [3, 1, 2]."]
 SAMPLING = Sampling(temperature=0.6, top_p=0.95, max_new_tokens=6, seeds=(42, 43))

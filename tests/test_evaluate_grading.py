@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 
 from tests.conftest import load_config
+from workflow_scripts.evaluate import grading, math_equivalence
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.grading import (
     check_coverage,
+    check_generations,
     grade,
     humaneval_program,
     mbpp_program,
@@ -200,3 +202,85 @@ def test_a_program_that_exits_before_its_tests_end_fails(items, early_exit):
 
     scores = grade(code_items, _generations(code_items, respond), LIMITS, workers=2, math_timeout_s=10.0)
     assert scores.groupby("repeat")["score"].mean().tolist() == [1.0, 0.0]
+
+
+def test_a_response_over_the_length_cap_scores_zero_unread(items, caplog):
+    """Even a right answer is not read past ``max_response_chars``; the log names count and first item."""
+    math = items[items["benchmark"] == "gsm8k"]
+    generations = _generations(math, lambda item, r: _correct(item) if r == 0 else "x" * 64 + _correct(item))
+    cap = int(generations["response"].str.len().max()) - 64
+    scores = grade(math, generations, LIMITS, 1, 10.0, max_response_chars=cap)
+    graded, capped = (scores[scores["repeat"] == r] for r in (0, 1))
+    assert graded["score"].eq(1.0).all() and capped["score"].eq(0.0).all()
+    assert capped["extracted"].isna().all()
+    first = generations[generations["repeat"] == 1].iloc[0]
+    assert f"gsm8k: {len(capped)} responses longer than {cap} characters" in caplog.text
+    assert f"first item {first['item_id']!r} repeat 1" in caplog.text
+
+
+def test_a_five_megabyte_response_is_capped_by_default(items):
+    item = items[items["benchmark"] == "math500"].head(1)
+    generations = _generations(item, lambda item, r: "y" * 5_000_000 + _correct(item))
+    assert grade(item, generations, LIMITS, 1, 10.0)["score"].eq(0.0).all()
+
+
+def _raise_on_poison(function):
+    """``function``, except that it raises on any argument containing POISON."""
+
+    def poisoned(*args, **kwargs):
+        if any("POISON" in str(value) for value in [*args, *kwargs.values()]):
+            raise RuntimeError("poisoned response")
+        return function(*args, **kwargs)
+
+    return poisoned
+
+
+# Per benchmark, the step of its grading made to raise: extraction, math checking, choice
+# extraction, program building.
+POISONED = {
+    "gsm8k": (grading, "extract_math_answer"),
+    "math500": (math_equivalence, "decide"),
+    "mmlu_pro": (grading, "extract_choice"),
+    "mbpp": (grading.PROGRAMS, "mbpp"),
+}
+
+
+@pytest.mark.parametrize("benchmark", sorted(POISONED))
+def test_a_response_whose_grading_raises_costs_that_item_only(items, monkeypatch, caplog, benchmark):
+    chosen = items[items["benchmark"] == benchmark]
+    bad = chosen["item_id"].iloc[0]
+
+    def respond(item, repeat):
+        right = _correct(item)
+        if item["item_id"] != bad or repeat != 1:
+            return right
+        return right.replace("\\boxed{", "\\boxed{POISON") if item["grader"] == "math" else f"POISON {right}"
+
+    owner, name = POISONED[benchmark]
+    if isinstance(owner, dict):
+        monkeypatch.setitem(owner, name, _raise_on_poison(owner[name]))
+    else:
+        monkeypatch.setattr(owner, name, _raise_on_poison(getattr(owner, name)))
+    scores = grade(chosen, _generations(chosen, respond), LIMITS, workers=2, math_timeout_s=10.0)
+    hit = (scores["item_id"] == bad) & (scores["repeat"] == 1)
+    assert scores.loc[hit, "score"].tolist() == [0.0] and scores.loc[hit, "extracted"].isna().all()
+    assert scores.loc[~hit, "score"].eq(1.0).all()
+    assert f"benchmark {benchmark!r} item {bad!r} repeat 1: RuntimeError: poisoned response" in caplog.text
+
+
+def test_generations_need_the_graded_columns_and_text_responses(items):
+    generations = _generations(items.head(2), lambda item, r: "x")
+    check_generations(generations)
+    with pytest.raises(ValueError, match=r"missing columns \['response'\]"):
+        check_generations(generations.drop(columns="response"))
+    generations.loc[[1, 2], "response"] = None
+    first = generations.iloc[1]
+    with pytest.raises(
+        ValueError,
+        match=f"column 'response' has 2 null values, first benchmark '{first['benchmark']}' "
+        f"item '{first['item_id']}' repeat 1",
+    ):
+        check_generations(generations)
+    generations.loc[[1, 2], "response"] = 7
+    with pytest.raises(ValueError, match="column 'response' has 2 values that are not strings"):
+        check_generations(generations)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.fixtures import available_fixtures, read_fixture
 from workflow_scripts.evaluate.items import (
     ITEM_COLUMNS,

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.items import OPTION_LETTERS, SCHEMAS, normalise
 from workflow_scripts.evaluate.templates import TEMPLATE_VERSION, TEMPLATES, render

@@ -33,7 +33,7 @@ from workflow_scripts.evaluate.generation import (  # noqa: E402
     generate_hf,
     parse_vllm_outputs,
 )
-from workflow_scripts.models.toy import ARCHITECTURES, load_local  # noqa: E402
+from workflow_scripts.modeling.toy import ARCHITECTURES, load_local  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

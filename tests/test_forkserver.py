@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -158,3 +160,65 @@ def test_the_server_exits_and_cleans_up_when_its_parent_dies(tmp_path):
     while socket_path.parent.exists():
         assert time.monotonic() < deadline, "the orphaned server is still listening"
         time.sleep(0.2)
+
+
+def listening(socket_path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        return probe.connect_ex(str(socket_path)) == 0
+
+
+def server_process(socket_path: Path) -> subprocess.Popen:
+    """A real server at ``socket_path``, as ``start`` runs it, once it listens."""
+    command = [sys.executable, "-m", "workflow_scripts.forkserver", "--socket", str(socket_path)]
+    process = subprocess.Popen([*command, "--parent", str(os.getpid())], cwd=ROOT, env=JOB_ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not listening(socket_path):
+        assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    return process
+
+
+def test_ctrl_c_and_stop_remove_the_socket(tmp_path):
+    """Ctrl-C reaches the server and Snakemake, whose onerror then sends SIGTERM: the socket still goes."""
+    socket_path = tmp_path / "server" / "jobs.sock"
+    socket_path.parent.mkdir()
+    process = server_process(socket_path)
+    while process.poll() is None:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(number)
+            time.sleep(0.0002)
+    assert not socket_path.parent.exists()
+
+
+def test_a_stale_socket_is_replaced(tmp_path):
+    """A server killed outright leaves its socket; the next one at that path removes it and serves."""
+    socket_path = tmp_path / "server" / "jobs.sock"
+    socket_path.parent.mkdir()
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(socket_path))
+    dead.close()  # the file stays, nobody listens
+    process = server_process(socket_path)
+    try:
+        assert forkserver.forward(str(socket_path), "workflow_scripts", ["--help"]) == 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=60)
+    assert b"removed a stale socket" in out
+    assert not socket_path.parent.exists()
+
+
+def test_start_sweeps_sockets_of_servers_killed_outright(tmp_path):
+    """``start`` makes a new directory each time, so it also removes old ones nobody listens at."""
+    folders = [tmp_path / "rpb-fork-old", tmp_path / "rpb-fork-young"]
+    for folder in folders:
+        folder.mkdir()
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(str(folder / "jobs.sock"))
+        dead.close()
+    hour_ago = time.time() - 3600
+    os.utime(folders[0] / "jobs.sock", (hour_ago, hour_ago))
+    forkserver._remove_stale_servers(str(tmp_path))
+    assert not folders[0].exists()
+    assert (folders[1] / "jobs.sock").is_socket()  # may be a server between bind and listen

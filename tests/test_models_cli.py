@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.dag import ROOT
-from workflow_scripts.models.toy import load_local
+from workflow_scripts.modeling.toy import load_local
 from workflow_scripts.routing.hf import find_gates
 
 SPEC = {

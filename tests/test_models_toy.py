@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from workflow_scripts.models import tokenizer as tk  # noqa: E402
-from workflow_scripts.models import toy  # noqa: E402
+from workflow_scripts.modeling import tokenizer as tk  # noqa: E402
+from workflow_scripts.modeling import toy  # noqa: E402
 
 VOCAB = 512
 SPEC = toy.ToyModelSpec()  # hidden 64, 4 layers (first dense), 16 experts, top-4

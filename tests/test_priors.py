@@ -12,9 +12,9 @@ import torch
 
 import workflow_scripts.cli as cli
 from tests.conftest import TINY_SPEC
-from workflow_scripts.cli import UserInputError
-from workflow_scripts.models.tokenizer import answer_span_mask, train_tokenizer
-from workflow_scripts.models.toy import (
+from workflow_scripts.errors import UserInputError
+from workflow_scripts.modeling.tokenizer import answer_span_mask, train_tokenizer
+from workflow_scripts.modeling.toy import (
     ARCHITECTURES,
     ToyModelSpec,
     build_toy_model,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import workflow_scripts.cli as cli
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.priors.compute import check_prior_file
 from workflow_scripts.priors.shuffle import (
     apply_permutations,

@@ -72,3 +72,12 @@ def test_span_profile(base):
     assert set(profile) == {"Q", "A"}
     assert np.allclose(np.array(profile["Q"]["p_topk"]).sum(axis=-1), K)
     assert 0 < profile["A"]["effective_expert_fraction"] <= 1
+
+
+def test_span_profile_effective_fraction_is_the_layer_mean():
+    # Layer 0 routes every token to experts 0-3, layer 1 to experts 8-11: each layer uses 4 of
+    # 16 experts (exp(H_l)/E = 0.25), while the layer-averaged frequency spreads over 8 (0.5).
+    topk = np.stack([np.tile(np.arange(4), (10, 1)), np.tile(np.arange(8, 12), (10, 1))])  # (2, 10, 4)
+    profile = analysis.span_profile(topk, np.zeros(10, int), E)
+    assert set(profile) == {"Q"}
+    assert profile["Q"]["effective_expert_fraction"] == pytest.approx(0.25, rel=1e-12)

@@ -6,16 +6,16 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from tests.coactivation_reference import naive_coactivation
-from workflow_scripts.probe.communities import canonical_labels, leiden, louvain, modularity
-from workflow_scripts.probe.graphs import (
+from tests.coactivation_reference import naive_coactivation, naive_kept_edges
+from workflow_scripts.routing_metrics.communities import canonical_labels, leiden, louvain, modularity
+from workflow_scripts.routing_metrics.graphs import (
     coactivation,
     coactivation_layers,
     num_edges,
     num_kept_edges,
     threshold_top_fraction,
 )
-from workflow_scripts.probe.metrics import community_nmi
+from workflow_scripts.routing_metrics.metrics import community_nmi
 
 
 def random_topk(rng: np.random.Generator, shape: tuple[int, ...], num_experts: int, k: int) -> np.ndarray:
@@ -87,6 +87,37 @@ def test_threshold_ties_and_zero_weights():
         threshold_top_fraction(w, 0.0)
     with pytest.raises(ValueError):
         threshold_top_fraction(np.triu(w), 0.5)
+
+
+def kept_pairs(kept: np.ndarray) -> set[tuple[int, int]]:
+    return {(int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(kept, 1)), strict=True)}
+
+
+@pytest.mark.parametrize("rho", [0.05, 0.10, 0.20])
+def test_threshold_cut_rule_under_ties_is_independent_of_order(rho):
+    rng = np.random.default_rng(4)
+    num_experts, n_tokens = 16, 60  # toy scale: small N makes equal counts at the cut likely
+    topk = random_topk(rng, (n_tokens,), num_experts, 4)
+    w = coactivation(topk, num_experts)
+    budget = num_kept_edges(num_experts, rho)
+    ranked = np.sort(w[np.triu_indices(num_experts, 1)])[::-1]
+    cut = ranked[budget - 1]
+    assert ranked[budget] == cut  # a tie straddles the cut, so the rule there is exercised
+    kept = kept_pairs(threshold_top_fraction(w, rho))
+    assert len(kept) == budget
+    pairs = [(int(i), int(j)) for i, j in zip(*np.triu_indices(num_experts, 1), strict=True)]
+    for _ in range(3):
+        # Neither token order nor the order pairs are listed in moves the cut.
+        shuffled = coactivation(rng.permutation(topk), num_experts)
+        assert kept_pairs(threshold_top_fraction(shuffled, rho)) == kept
+        assert naive_kept_edges(w, rho, [pairs[i] for i in rng.permutation(len(pairs))]) == kept
+    # Relabelled experts: edges above the cut follow their experts; tied ones go by the new ids.
+    new_id = rng.permutation(num_experts)
+    w_new = coactivation(new_id[topk], num_experts)
+    kept_new = kept_pairs(threshold_top_fraction(w_new, rho))
+    above = {tuple(sorted((int(new_id[i]), int(new_id[j])))) for i, j in kept if w[i, j] > cut}
+    assert above == {pair for pair in kept_new if w_new[pair] > cut}
+    assert kept_new == naive_kept_edges(w_new, rho, pairs)
 
 
 def planted_graph(seed: int, n_blocks: int = 4, block: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -203,7 +234,7 @@ def test_louvain_level_cap_binds_and_is_validated():
 
 
 def test_batched_threshold_and_modularities_equal_one_at_a_time():
-    from workflow_scripts.probe.communities import modularities
+    from workflow_scripts.routing_metrics.communities import modularities
 
     rng = np.random.default_rng(8)
     raw = np.stack([coactivation(random_topk(rng, (400,), 24, 4), 24) for _ in range(5)])

@@ -7,26 +7,27 @@ import pytest
 from scipy.spatial.distance import cityblock, jensenshannon
 from sklearn.metrics import normalized_mutual_info_score
 
-from workflow_scripts.probe.communities import louvain, modularity
-from workflow_scripts.probe.graphs import coactivation, threshold_top_fraction
-from workflow_scripts.probe.metrics import (
-    centroid_cosine,
-    community_nmi,
-    cross_domain_l1,
-    effective_expert_fraction,
-    expert_marginals,
-    jsd,
-    layer_mean_nmi,
-    sharpness,
-    topk_overlap,
-    tvd,
-)
 from workflow_scripts.probe.null_model import (
     expected_null_graph,
     graph_marginals,
     null_graphs,
     null_graphs_from_topk,
     null_margins,
+)
+from workflow_scripts.routing_metrics.communities import louvain, modularity
+from workflow_scripts.routing_metrics.graphs import coactivation, threshold_top_fraction
+from workflow_scripts.routing_metrics.metrics import (
+    centroid_cosine,
+    community_nmi,
+    cross_domain_l1,
+    effective_expert_fraction,
+    expert_marginals,
+    jsd,
+    layer_mean_effective_fraction,
+    layer_mean_nmi,
+    sharpness,
+    topk_overlap,
+    tvd,
 )
 
 
@@ -127,6 +128,23 @@ def test_sharpness_cross_domain_and_effective_fraction_by_hand():
     assert effective_expert_fraction(6 * p) == pytest.approx(2**1.5 / 4)  # P_topk scale is irrelevant
     assert effective_expert_fraction(np.full(64, 1 / 64)) == pytest.approx(1.0)
     assert effective_expert_fraction(np.eye(4)[0]) == pytest.approx(0.25)
+
+
+def test_layer_mean_effective_fraction_averages_per_layer_values():
+    # Two layers, each concentrated on different experts (k = 2): each layer alone is sharp,
+    # their mean is flat, so averaging before exp(H) would give a much broader fraction.
+    p_topk = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.6, 0.4]])
+    per_layer = []
+    for row in p_topk:
+        prob = row[row > 0] / row.sum()
+        per_layer.append(np.exp(-np.sum(prob * np.log(prob))) / row.size)
+    expected = np.mean(per_layer)  # (0.5 + exp(H(0.8, 0.2)) / 4) / 2
+    assert layer_mean_effective_fraction(p_topk) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(0.456, abs=1e-3)
+    # The layer-averaged distribution (0.25, 0.25, 0.4, 0.1) gives 0.908 instead.
+    assert effective_expert_fraction(p_topk.mean(axis=0)) == pytest.approx(0.908, abs=1e-3)
+    with pytest.raises(ValueError, match="shape"):
+        layer_mean_effective_fraction(p_topk[0])
 
 
 def test_centroid_cosine():

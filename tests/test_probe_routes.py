@@ -12,9 +12,9 @@ import torch
 import transformers
 
 from tests.conftest import TINY_SPEC
-from workflow_scripts.cli import UserInputError
-from workflow_scripts.models.tokenizer import answer_span_mask, train_tokenizer
-from workflow_scripts.models.toy import ToyModelSpec, build_toy_model, load_local, save_toy_base
+from workflow_scripts.errors import UserInputError
+from workflow_scripts.modeling.tokenizer import answer_span_mask, train_tokenizer
+from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, load_local, save_toy_base
 from workflow_scripts.probe import cli as probe_cli
 from workflow_scripts.probe.routes import (
     ProbeTokens,

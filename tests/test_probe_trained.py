@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 
-from workflow_scripts.models.toy import load_local, save_toy_base  # noqa: E402
+from workflow_scripts.modeling.toy import load_local, save_toy_base  # noqa: E402
 from workflow_scripts.priors.compute import load_prior  # noqa: E402
 from workflow_scripts.probe.routes import ProbeTokens, probe_tokens, record_routes  # noqa: E402
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates  # noqa: E402

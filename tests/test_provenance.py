@@ -32,6 +32,15 @@ def test_directory_digest_tracks_content_and_names(tmp_path):
     assert path_digest(tmp_path / "absent") == {"path": str(tmp_path / "absent"), "missing": True}
 
 
+def test_directory_digest_ignores_the_snakemake_flag(tmp_path):
+    """Snakemake touches ``.snakemake_timestamp`` into a directory output after the job's record."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"weights")
+    recorded = path_digest(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / ".snakemake_timestamp").touch()
+    assert path_digest(tmp_path / "ckpt") == recorded
+
+
 def test_code_version_outside_git(tmp_path):
     version = code_version(tmp_path)
     assert version["git_commit"] is None and version["git_dirty"] is None
@@ -42,13 +51,22 @@ def test_manifest_command_gathers_inputs_and_upstream_records(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "Math.parquet").write_bytes(b"raw rows")
-    hub = {"revision_resolved": "0" * 40}
+    hub = {
+        "repo": "org/data",
+        "revision_resolved": "0" * 40,
+        "parquet": str(raw / "Math.parquet"),
+        "parquet_sha256": hashlib.sha256(b"raw rows").hexdigest(),
+    }
     (raw / "Math.manifest.json").write_text(json.dumps(hub))
     data = tmp_path / "data"
     data.mkdir()
     train = data / "train.parquet"
     train.write_bytes(b"rows")
-    build = {"command": "data build", "inputs": {"raw": {"path": str(raw / "Math.parquet")}}}
+    build = {  # a job's record: found because it lists the manifest's input among its outputs
+        "command": "data build",
+        "inputs": {"raw": {"path": str(raw / "Math.parquet")}},
+        "outputs": {"train": {"path": str(train), "sha256": hashlib.sha256(b"rows").hexdigest()}},
+    }
     (data / "provenance.json").write_text(json.dumps(build))
     out = tmp_path / "manifest.json"
     record = tmp_path / "record.json"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 import yaml
 
 from tests.conftest import SCHEMA
+from tests.dag import JOB_ENV, ROOT, TOY
 from workflow_scripts import registry
 from workflow_scripts.registry import Evaluation, Probe, RegistryError, Training, closure, validate_config
 
@@ -251,3 +256,70 @@ def test_toy_model_sizes_take_experts_top_k_and_layers_from_the_registry(toy_con
     )
     assert sizes["num_layers"] == model["toy"]["first_dense_layers"] + model["moe_layers"]
     assert {key: sizes[key] for key in model["toy"]} == model["toy"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["training"]["schedule"].update(lr_max=yaml.safe_load(".inf")),
+         r"config key training\.schedule\.lr_max: inf is not a finite number"),
+        (lambda c: c["conditions"]["rpb"]["params"].update(beta=yaml.safe_load(".nan")),
+         r"config key conditions\.rpb\.params\.beta: nan is not a finite number"),
+        (lambda c: c["training"]["schedule"].update(lr_min=1e-4),
+         r"config key training\.schedule\.lr_min: 0\.0001 is above training\.schedule\.lr_max 1e-05"),
+        (lambda c: c["training"]["schedule"].update(warmup_steps=1000),
+         r"config key training\.schedule\.warmup_steps: 1000 warm-up steps exceed the 782 optimizer steps "
+         r"of corpus coding20k"),
+        (lambda c: c["models"]["moonlight"].update(top_k=65),
+         r"config key models\.moonlight\.top_k: 65 is above models\.moonlight\.experts 64"),
+    ],
+)  # fmt: skip
+def test_values_that_cannot_work_are_refused(paper_config, edit, message):
+    edit(paper_config)
+    with pytest.raises(RegistryError, match=message):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_toy_warmup_longer_than_pretraining_is_refused(toy_config):
+    toy_config["toy_base"]["warmup_steps"] = toy_config["toy_base"]["steps"] + 1
+    with pytest.raises(
+        RegistryError, match=r"config key toy_base\.warmup_steps: 81 exceeds toy_base\.steps 80"
+    ):
+        validate_config(toy_config, str(SCHEMA))
+
+
+def test_duplicate_yaml_keys_name_file_line_and_key(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "training:\n  epochs: 1\n  schedule: {lr_max: 1.0e-3}\n  epochs: 2\nseeds: [{a: 1, a: 2}]\n"
+    )
+    with pytest.raises(
+        RegistryError, match=rf"{overlay}:4: duplicate config key training\.epochs .first set at line 2"
+    ):
+        registry.check_config_files([overlay])
+    overlay.write_text("seeds: [{a: 1, a: 2}]\n")
+    with pytest.raises(RegistryError, match=r":1: duplicate config key seeds\.0\.a"):
+        registry.check_config_files([overlay])
+    registry.check_config_files([ROOT / "config.yaml", ROOT / registry.TOY_OVERLAY])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda text: text + "scale: toy\n",
+         r"toy\.yaml:\d+: duplicate config key scale \(first set at line 3"),
+        (lambda text: text.replace("lr_max: 1.0e-3", "lr_max: .inf"),
+         r"config key training\.schedule\.lr_max: inf is not a finite number"),
+    ],
+)  # fmt: skip
+def test_dry_run_refuses_a_bad_overlay_before_any_job(tmp_path, edit, message):
+    """Snakemake parses the overlay itself; the Snakefile must still refuse it before planning jobs."""
+    overlay = tmp_path / "toy.yaml"
+    text = (ROOT / registry.TOY_OVERLAY).read_text()
+    assert "lr_max: 1.0e-3" in text
+    overlay.write_text(edit(text))
+    command = [sys.executable, "-m", "snakemake", "-n", *TOY, "--configfile", str(overlay)]
+    done = subprocess.run(command, cwd=ROOT, env=JOB_ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert re.search(message, done.stderr + done.stdout), done.stderr[-2000:]
+    assert "rule " not in done.stdout  # refused before any job was planned

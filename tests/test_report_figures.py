@@ -20,17 +20,22 @@ import pytest
 
 from tests.coactivation_reference import naive_coactivation
 from tests.conftest import load_config
+from tests.report_files import report_in_sandbox
 from workflow_scripts.atomic import write_json
+from workflow_scripts.cli import main as cli_main
+from workflow_scripts.layout import routes_path
 from workflow_scripts.priors.compute import prior_meta
+from workflow_scripts.probe.analysis import Detector
 from workflow_scripts.probe.cli import run_partition, run_retention
-from workflow_scripts.probe.graphs import num_kept_edges
-from workflow_scripts.probe.metrics import community_nmi
 from workflow_scripts.probe.routes import ProbeTokens, Routes, routes_meta, save_routes
 from workflow_scripts.registry import BASE, closure
 from workflow_scripts.report import figures
 from workflow_scripts.report.figures import FIGURES
+from workflow_scripts.report.inputs import UndeclaredInputError
 from workflow_scripts.report.routing_frames import RETENTION_KEYS, ResultFileError
 from workflow_scripts.report.table import ReportInputs
+from workflow_scripts.routing_metrics.graphs import num_kept_edges
+from workflow_scripts.routing_metrics.metrics import community_nmi
 
 N_TOKENS, BLOCKS = 600, 4
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -157,8 +162,12 @@ def test_match_communities_recovers_a_renumbered_partition():
     )
 
 
-def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tree):
-    data = figures.figure1_data(ReportInputs(config, "figure1", routes_tree))
+def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tree, monkeypatch):
+    def no_detection(*_):
+        raise AssertionError("figure 1 ran community detection: retention already did")
+
+    monkeypatch.setattr(Detector, "detect", no_detection)
+    data = figures.figure1_data(ReportInputs.at(config, "figure1", routes_tree))
     spec = config["models"]["moonlight"]
     experts, layer = spec["experts"], figures.figure_layer(spec["moe_layers"])
     assert set(data["layer"]) == {layer} and set(data["moe_layer"]) == {layer + 1}
@@ -178,9 +187,12 @@ def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tre
     nodes = base[base["part"] == "node"].sort_values("i")
     assert nodes["community"].tolist() == partition["labels"][layer]
     layers = pd.read_parquet(routes_tree / "graphs/moonlight/math20k/rpb/s42/layers.parquet")
+    retained = layers[layers["layer"] == layer].iloc[0]
     nmi = float(run.loc[run["part"] == "nmi", "value"].iloc[0])
-    assert nmi == pytest.approx(float(layers.loc[layers["layer"] == layer, "nmi"].iloc[0]))
+    assert nmi == float(retained["nmi"])  # retention's number, not a second computation
     run_nodes = run[run["part"] == "node"].sort_values("i")
+    renumbered = figures.match_communities(np.asarray(retained["labels"]), nodes["community"].to_numpy())
+    assert run_nodes["community"].tolist() == renumbered.tolist()
     assert community_nmi(run_nodes["community"].to_numpy(), nodes["community"].to_numpy()) == pytest.approx(
         nmi
     )
@@ -188,7 +200,7 @@ def test_figure1_data_matches_the_probe_and_retention_outputs(config, routes_tre
 
 
 def test_heatmaps_order_experts_by_base_community(config, routes_tree):
-    data = figures.coactivation_heatmaps_data(ReportInputs(config, "coactivation_heatmaps", routes_tree))
+    data = figures.coactivation_heatmaps_data(ReportInputs.at(config, "coactivation_heatmaps", routes_tree))
     spec = config["models"]["moonlight"]
     experts, layer = spec["experts"], figures.figure_layer(spec["moe_layers"])
     assert list(dict.fromkeys(data["condition"])) == [BASE, "sft", "lbl", "rpb"]
@@ -216,7 +228,7 @@ def test_figure1_rejects_a_partition_without_labels(config, routes_tree, tmp_pat
     (target / "routes.npz").write_bytes((source / "routes.npz").read_bytes())
     write_json(root / "graphs/moonlight/math20k/base/partition.json", {"detector": _detector(config)})
     with pytest.raises(ResultFileError, match=r"partition\.json: missing key 'labels'"):
-        figures.figure1_data(ReportInputs(config, "figure1", root))
+        figures.figure1_data(ReportInputs.at(config, "figure1", root))
 
 
 # ------------------------------------------------------------------ prior (figure 2)
@@ -263,7 +275,7 @@ def prior_tree(tmp_path_factory: pytest.TempPathFactory, config: dict) -> Path:
 
 
 def test_figure2_bias_is_the_zero_mean_clipped_log_prior(config, prior_tree):
-    data = figures.figure2_data(ReportInputs(config, "figure2", prior_tree))
+    data = figures.figure2_data(ReportInputs.at(config, "figure2", prior_tree))
     prior = np.load(prior_tree / "priors/moonlight/math20k/prior.npy")
     experts, layer = prior.shape[-1], figures.figure_layer(prior.shape[2])
     assert set(data["row_id"]) == {101}  # row 0 has an empty Q span
@@ -295,7 +307,7 @@ def test_figure2_needs_a_sample_with_both_spans(config, tmp_path):
     prior = np.full((2, 2, 3, 16), 1 / 16, dtype=np.float32)
     _write_prior(root, np.array([[0, 4], [3, 0]]), prior)
     with pytest.raises(ResultFileError, match=r"meta\.json: key 'token_counts'"):
-        figures.figure2_data(ReportInputs(config, "figure2", root))
+        figures.figure2_data(ReportInputs.at(config, "figure2", root))
 
 
 # ------------------------------------------------------------------ evaluation and metrics (figure 3, sweeps)
@@ -375,7 +387,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def test_figure3_cells_hold_seed_means_and_sds(config, results_tree):
-    data = figures.figure3_data(ReportInputs(config, "figure3", results_tree))
+    data = figures.figure3_data(ReportInputs.at(config, "figure3", results_tree))
     expected_cells = {
         "rpb": ("soft", "global"),
         "within_soft": ("soft", "within"),
@@ -396,14 +408,20 @@ def test_figure3_cells_hold_seed_means_and_sds(config, results_tree):
 
 
 def test_beta_sweep_places_conditions_on_the_beta_axis(config, results_tree):
-    data = figures.beta_sweep_data(ReportInputs(config, "beta_sweep", results_tree))
-    assert len(data) == 10
-    betas = {"sft": 0.0, "rpb_beta050": 0.5, "rpb_beta075": 0.75, "rpb": 1.0}
+    data = figures.beta_sweep_data(ReportInputs.at(config, "beta_sweep", results_tree))
+    assert len(data) == 14
+    betas = {"sft": 0.0, "sft_frozen_bias": 0.0, "rpb_beta050": 0.5, "rpb_beta075": 0.75, "rpb": 1.0}
+    betas["rpb_selection_only"] = 1.0
+    variants = {
+        "sft_frozen_bias": "expert_bias_update_rate=0",
+        "rpb_selection_only": "bias_in_gate_weights=false",
+    }
     for _, row in data.iterrows():
         if row["condition"] == "rpb_hard":
             assert row["hard"] and np.isnan(row["beta"])
         else:
             assert not row["hard"] and row["beta"] == betas[row["condition"]]
+        assert row["variant"] == variants.get(row["condition"], "")
         assert row["overall9"] == pytest.approx(_overall9(config, row["corpus"], row["condition"], 42))
         assert row["nmi"] == pytest.approx(_nmi(row["corpus"], row["condition"], 42))
         assert np.isnan(row["overall9_sd"]) and row["nmi_n"] == 1
@@ -417,7 +435,7 @@ def test_design_and_beta_reject_conditions_off_their_axis(config):
 
 
 def test_rho_sensitivity_marks_the_main_detector(config, results_tree):
-    data = figures.rho_sensitivity_data(ReportInputs(config, "rho_sensitivity", results_tree))
+    data = figures.rho_sensitivity_data(ReportInputs.at(config, "rho_sensitivity", results_tree))
     probe = config["probe"]
     per_run = (
         len(probe["robustness_detectors"]) * len(probe["edge_fraction_sweep"]) * len(probe["detector_seeds"])
@@ -436,21 +454,23 @@ def test_rho_sensitivity_needs_the_main_detector_in_the_sweep(config, results_tr
     other = copy.deepcopy(config)
     other["probe"]["detector"]["seed"] = 7
     with pytest.raises(ResultFileError, match="no sweep rows of detector 'louvain' seed 7"):
-        figures.rho_sensitivity_data(ReportInputs(other, "rho_sensitivity", results_tree))
+        figures.rho_sensitivity_data(ReportInputs.at(other, "rho_sensitivity", results_tree))
 
 
 # ------------------------------------------------------------------ plots
 
 
+def _tree(request: pytest.FixtureRequest, figure_id: str) -> Path:
+    """The fixture results tree a figure is built from."""
+    trees = {"figure2": "prior_tree", "figure1": "routes_tree", "coactivation_heatmaps": "routes_tree"}
+    return request.getfixturevalue(trees.get(figure_id, "results_tree"))
+
+
 @pytest.mark.parametrize("figure_id", sorted(FIGURES))
-def test_plots_render_from_the_data_and_from_its_csv(
-    figure_id, config, routes_tree, prior_tree, results_tree, tmp_path
-):
-    root = {"figure2": prior_tree, "figure1": routes_tree, "coactivation_heatmaps": routes_tree}.get(
-        figure_id, results_tree
-    )
+def test_plots_render_from_the_data_and_from_its_csv(figure_id, config, request, tmp_path):
+    root = _tree(request, figure_id)
     compute, plot = FIGURES[figure_id]
-    data = compute(ReportInputs(config, figure_id, root))
+    data = compute(ReportInputs.at(config, figure_id, root))
     csv = tmp_path / f"{figure_id}.csv"
     data.to_csv(csv, index=False, float_format="%.6g")
     plot(data).savefig(tmp_path / f"{figure_id}-frame.png", dpi=60)
@@ -463,10 +483,54 @@ def test_plots_render_from_the_data_and_from_its_csv(
     assert figure.get_suptitle()
 
 
+@pytest.mark.parametrize("figure_id", sorted(FIGURES))
+def test_figure_builds_from_its_declared_inputs_alone_and_plots_from_its_csv(
+    figure_id, config, request, tmp_path
+):
+    root = _tree(request, figure_id)
+    csv = report_in_sandbox(config, figure_id, root, tmp_path)
+    compute, _ = FIGURES[figure_id]
+    expected = compute(ReportInputs.at(config, figure_id, root)).to_csv(index=False, float_format="%.6g")
+    assert csv.read_text() == expected
+    png, pdf = tmp_path / "plot.png", tmp_path / "plot.pdf"
+    argv = [
+        "report",
+        "figure-plot",
+        "--id",
+        figure_id,
+        "--data",
+        str(csv),
+        "--png",
+        str(png),
+        "--pdf",
+        str(pdf),
+    ]
+    assert cli_main(argv) == 0
+    assert png.read_bytes().startswith(PNG_SIGNATURE) and pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_an_undeclared_input_is_refused(config, routes_tree):
+    inputs = ReportInputs.at(config, "figure3", routes_tree)  # figure 3 reads no routes file
+    with pytest.raises(UndeclaredInputError, match=r"routes\.npz: not a declared input"):
+        inputs.results.path(routes_path, next(iter(closure(config, "figure1").probes)))
+
+
 def test_plot_rejects_data_without_its_columns():
     with pytest.raises(ValueError, match=r"figure3: data lacks columns \[.*'enforcement'"):
         figures.figure3_plot(pd.DataFrame({"model": ["m"], "corpus": ["c"], "condition": ["rpb"]}))
     with pytest.raises(ValueError, match="beta_sweep: no data to plot"):
         figures.beta_sweep_plot(
-            pd.DataFrame(columns=["model", "corpus", "condition", "label", "beta", "hard", "nmi", "overall9"])
+            pd.DataFrame(
+                columns=[
+                    "model",
+                    "corpus",
+                    "condition",
+                    "label",
+                    "beta",
+                    "hard",
+                    "variant",
+                    "nmi",
+                    "overall9",
+                ]
+            )
         )

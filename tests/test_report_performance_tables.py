@@ -18,12 +18,14 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, load_config
+from tests.report_files import anywhere, report_in_sandbox
 from workflow_scripts.atomic import write_json
 from workflow_scripts.layout import metrics_path, summary_path
 from workflow_scripts.registry import BASE, Evaluation, closure
 from workflow_scripts.report.frames import aggregate_frame, performance_frame, repeat_frame
 from workflow_scripts.report.performance_tables import TABLES
 from workflow_scripts.report.reference import compare, load_reference
+from workflow_scripts.report.render import render
 from workflow_scripts.report.routing_frames import RETENTION_KEYS
 from workflow_scripts.report.table import ReportInputs
 
@@ -81,7 +83,7 @@ def tree(tmp_path_factory):
 
 
 def _build(tree, table_id):
-    return TABLES[table_id](ReportInputs(CONFIG, table_id, tree[0]))
+    return TABLES[table_id](ReportInputs.at(CONFIG, table_id, tree[0]))
 
 
 # ---------------------------------------------------------------- independent expectations
@@ -343,19 +345,19 @@ def test_single_seed_tables_spread_over_repeats(tree, table_id, conditions):
 def test_frames_read_the_contract(tree):
     results, repeats, _ = tree
     evaluation = Evaluation("moonlight", "math20k", "rpb", 42)
-    frame = performance_frame(results, [evaluation])
+    frame = performance_frame(anywhere(results), [evaluation])
     assert list(frame.columns) == ["model", "corpus", "condition", "seed", "benchmark", "score", "repeat_sd"]
     assert len(frame) == 12
     gsm = frame[frame.benchmark == "gsm8k"].iloc[0]
     assert gsm.score == pytest.approx(repeats[evaluation]["gsm8k"].mean())
-    per_repeat = repeat_frame(results, [evaluation])
+    per_repeat = repeat_frame(anywhere(results), [evaluation])
     assert len(per_repeat) == 12 * REPEATS
     by_repeat = aggregate_frame(per_repeat, CONFIG, "overall9")
     assert len(by_repeat) == REPEATS
     aggregates = aggregate_frame(frame, CONFIG, "overall9")
     assert aggregates.loc[0, "overall9"] == pytest.approx(by_repeat["overall9"].mean())
     base = aggregate_frame(
-        performance_frame(results, [Evaluation("moonlight", None, BASE, None)]), CONFIG, "all12"
+        performance_frame(anywhere(results), [Evaluation("moonlight", None, BASE, None)]), CONFIG, "all12"
     )
     assert base.loc[0, "corpus"] is None and math.isnan(base.loc[0, "id"])
 
@@ -387,18 +389,18 @@ def test_malformed_summary_names_path_and_key(tmp_path, damage, message):
     damage(summary)
     _write(summary_path(tmp_path, evaluation), summary)
     with pytest.raises(ValueError, match=message) as error:
-        performance_frame(tmp_path, [evaluation])
+        performance_frame(anywhere(tmp_path), [evaluation])
     assert str(summary_path(tmp_path, evaluation)) in str(error.value)
 
 
 def test_missing_and_unparsable_summaries(tmp_path):
     evaluation = Evaluation("moonlight", None, BASE, None)
     with pytest.raises(FileNotFoundError, match="evals/moonlight/base/summary.json"):
-        performance_frame(tmp_path, [evaluation])
+        performance_frame(anywhere(tmp_path), [evaluation])
     summary_path(tmp_path, evaluation).parent.mkdir(parents=True)
     summary_path(tmp_path, evaluation).write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
-        performance_frame(tmp_path, [evaluation])
+        performance_frame(anywhere(tmp_path), [evaluation])
 
 
 def test_a_table_names_the_benchmark_a_run_lacks(tmp_path):
@@ -408,11 +410,17 @@ def test_a_table_names_the_benchmark_a_run_lacks(tmp_path):
             del summary["benchmarks"]["livebench_math"]
         _write(summary_path(tmp_path, evaluation), summary)
     with pytest.raises(ValueError, match="livebench_math"):
-        TABLES["table18"](ReportInputs(CONFIG, "table18", tmp_path))
+        TABLES["table18"](ReportInputs.at(CONFIG, "table18", tmp_path))
 
 
 def test_config_cells_must_match_the_layout(tree):
     config = json.loads(json.dumps(CONFIG))
     config["tables"]["table2"]["cells"][0]["conditions"].append("router_l2")
     with pytest.raises(ValueError, match="router_l2"):
-        TABLES["table2"](ReportInputs(config, "table2", tree[0]))
+        TABLES["table2"](ReportInputs.at(config, "table2", tree[0]))
+
+
+@pytest.mark.parametrize("table_id", sorted(TABLES))
+def test_table_builds_from_its_declared_inputs_alone(tree, table_id, tmp_path):
+    csv = report_in_sandbox(CONFIG, table_id, tree[0], tmp_path)
+    assert csv.read_text() == render(_build(tree, table_id), None, CONFIG["scale"])["csv"]

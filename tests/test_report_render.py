@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.report.reference import compare, load_reference, table_cells
+from tests.dag import ROOT
+from workflow_scripts.report.reference import compare, load_reference, load_reference_notes, table_cells
 from workflow_scripts.report.render import TOY_HEADER, render
 from workflow_scripts.report.table import Table
 
@@ -227,3 +228,27 @@ def test_load_reference_names_file_and_row(tmp_path, text, message):
 def test_load_reference_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothere.csv"):
         load_reference(tmp_path / "nothere.csv")
+
+
+def _published(table_id: str, condition: str) -> dict[tuple[str, str], float]:
+    frame = load_reference(ROOT / f"reference/{table_id}.csv")
+    rows = frame[frame["condition"] == condition]
+    return {(row.corpus, row.column): row.value for row in rows.itertuples()}
+
+
+def test_the_rpb_hard_notes_state_the_papers_own_discrepancy():
+    table6, table14 = _published("table6", "rpb_hard"), _published("table14", "rpb_hard")
+    for corpus in ("math20k", "coding20k"):
+        from_table14 = (3 * table14[corpus, "id"] + 6 * table14[corpus, "ood"]) / 9  # F.4: 3 ID / 6 OOD
+        printed = table6[corpus, "overall9"]
+        assert abs(from_table14 - printed) > 1.0
+        for table_id in ("table6", "table14"):
+            (note,) = load_reference_notes(ROOT / f"reference/{table_id}.notes.md")
+            assert f"{from_table14:.2f}" in note and f"{printed:.2f}" in note, (table_id, corpus)
+
+
+def test_reference_notes_name_the_file_and_line_of_a_bad_note(tmp_path):
+    path = tmp_path / "table6.notes.md"
+    path.write_text("- fine\n\nnot an item\n")
+    with pytest.raises(ValueError, match=r"table6.notes.md line 3: a note is one line starting with '- '"):
+        load_reference_notes(path)

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, load_config
+from tests.report_files import anywhere, report_in_sandbox
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import main as cli_main
 from workflow_scripts.layout import metrics_path, partition_path, prior_file
@@ -26,6 +27,7 @@ from workflow_scripts.probe.routes import ProbeTokens, Routes, save_routes
 from workflow_scripts.registry import BASE, Evaluation, Probe, closure
 from workflow_scripts.report import routing_tables
 from workflow_scripts.report.reference import compare, load_reference
+from workflow_scripts.report.render import render
 from workflow_scripts.report.routing_frames import (
     ResultFileError,
     null_model_frame,
@@ -122,7 +124,7 @@ class World:
     stats: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def inputs(self, table_id: str, config: dict[str, Any] | None = None) -> ReportInputs:
-        return ReportInputs(config or self.config, table_id, self.results)
+        return ReportInputs.at(config or self.config, table_id, self.results)
 
 
 def _metrics(template: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
@@ -155,8 +157,8 @@ def _partition(template: dict[str, Any], model: dict[str, Any], rng: np.random.G
     data["modularity"] = rng.uniform(0.1, 0.4, size=layers).tolist()
     for span in ("Q", "A"):
         p_topk = rng.dirichlet(np.full(experts, 0.4), size=layers) * model["top_k"]
-        centroid = p_topk.mean(axis=0) / p_topk.mean(axis=0).sum()
-        fraction = float(np.exp(-np.sum(centroid * np.log(centroid))) / experts)
+        prob = p_topk / p_topk.sum(axis=1, keepdims=True)  # (L, E): Table 11 takes exp(H)/E per layer
+        fraction = float(np.mean(np.exp(-np.sum(prob * np.log(prob), axis=1))) / experts)
         data["spans"][span] = {
             "p_topk": p_topk.tolist(),
             "effective_expert_fraction": fraction,
@@ -297,24 +299,24 @@ def test_loaders_read_real_stage_outputs(tmp_path: Path, stage_outputs: dict[str
     _write(prior_file(tmp_path, "moonlight", "math20k", "stats.json"), stage_outputs["stats"])
     summary, null = stage_outputs["metrics"]["summary"], stage_outputs["metrics"]["null_model"]
 
-    retention = retention_frame(tmp_path, [probe, Probe("moonlight", "math20k", BASE, None)])
+    retention = retention_frame(anywhere(tmp_path), [probe, Probe("moonlight", "math20k", BASE, None)])
     assert len(retention) == 1
     row = retention.iloc[0]
     assert (row["model"], row["corpus"], row["condition"], row["seed"]) == ("moonlight", "math20k", "rpb", 42)
     for column, key in RETENTION_SUMMARY.items():
         assert row[column] == summary[key]
-    assert null_model_frame(tmp_path, [probe]).iloc[0]["q_margin"] == null["q_margin"]
+    assert null_model_frame(anywhere(tmp_path), [probe]).iloc[0]["q_margin"] == null["q_margin"]
 
-    sweep = sweep_frame(tmp_path, [probe])
+    sweep = sweep_frame(anywhere(tmp_path), [probe])
     assert len(sweep) == len(stage_outputs["metrics"]["sweep"]) == 2 * 4 * 4
     assert set(sweep["detector"]) == {"louvain", "leiden"} and set(sweep["detector_seed"]) == {0, 1, 2, 42}
 
-    spans = span_frame(tmp_path, [Probe("moonlight", "math20k", BASE, None)])
+    spans = span_frame(anywhere(tmp_path), [Probe("moonlight", "math20k", BASE, None)])
     assert list(spans["span"]) == ["Q", "A"]
     assert spans.iloc[0]["p_topk"].shape == (TINY_L, TINY_E)
     assert spans.iloc[1]["tokens"] == stage_outputs["partition"]["spans"]["A"]["tokens"]
 
-    priors = prior_frame(tmp_path, [("moonlight", "math20k")])
+    priors = prior_frame(anywhere(tmp_path), [("moonlight", "math20k")])
     assert list(priors["prior"]) == ["shuffled_within", "shuffled_global"]
     strength = stage_outputs["validation"]["strength"]["global"]
     assert priors.iloc[1]["topk_change_rate"] == strength["topk_change_rate"]
@@ -325,42 +327,42 @@ def test_loaders_name_the_file_and_key(tmp_path: Path, stage_outputs: dict[str, 
     probe = Probe("moonlight", "math20k", "sft", 43)
     path = metrics_path(tmp_path, probe)
     with pytest.raises(ResultFileError, match=r"metrics\.json: result file is missing"):
-        retention_frame(tmp_path, [probe])
+        retention_frame(anywhere(tmp_path), [probe])
 
     broken = copy.deepcopy(stage_outputs["metrics"])
     del broken["summary"]["tvd"]
     _write(path, broken)
     with pytest.raises(ResultFileError, match=rf"{path}: missing key 'summary\.tvd'"):
-        retention_frame(tmp_path, [probe])
+        retention_frame(anywhere(tmp_path), [probe])
 
     path.write_text(
         json.dumps(stage_outputs["metrics"]).replace('"nmi_margin": ', '"nmi_margin": "x", "_": ')
     )
     with pytest.raises(ResultFileError, match=r"'null_model\.nmi_margin' is 'x', not a finite number"):
-        null_model_frame(tmp_path, [probe])
+        null_model_frame(anywhere(tmp_path), [probe])
 
     broken = copy.deepcopy(stage_outputs["metrics"])
     del broken["sweep"][3]["rho"]
     _write(path, broken)
     with pytest.raises(ResultFileError, match=r"missing key 'rho'"):
-        sweep_frame(tmp_path, [probe])
+        sweep_frame(anywhere(tmp_path), [probe])
 
     path.write_text("{not json")
     with pytest.raises(ResultFileError, match="not a readable JSON file"):
-        retention_frame(tmp_path, [probe])
+        retention_frame(anywhere(tmp_path), [probe])
 
     broken = copy.deepcopy(stage_outputs["partition"])
     broken["spans"]["A"]["p_topk"] = [[1.0, float("nan")]]
     _write(partition_path(tmp_path, "moonlight", "math20k"), broken)
     with pytest.raises(ResultFileError, match=r"spans\.A\.p_topk"):
-        span_frame(tmp_path, [Probe("moonlight", "math20k", BASE, None)])
+        span_frame(anywhere(tmp_path), [Probe("moonlight", "math20k", BASE, None)])
 
     validation = copy.deepcopy(stage_outputs["validation"])
     del validation["community_check"]["global"]
     _write(prior_file(tmp_path, "moonlight", "math20k", "prior_validation.json"), validation)
     _write(prior_file(tmp_path, "moonlight", "math20k", "stats.json"), stage_outputs["stats"])
     with pytest.raises(ResultFileError, match=r"missing key 'community_check\.global'"):
-        prior_frame(tmp_path, [("moonlight", "math20k")])
+        prior_frame(anywhere(tmp_path), [("moonlight", "math20k")])
 
 
 # ------------------------------------------------------------------ tables
@@ -411,7 +413,7 @@ def test_table5_separates_probed_and_trained_seeds(world: World) -> None:
 
 def test_table6_single_seed(world: World) -> None:
     table = routing_tables.table6(world.inputs("table6"))
-    conditions = ["sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard"]
+    conditions = ["sft", "sft_frozen_bias", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard"]
     assert _row_keys(table) == _grid(CORPORA, conditions)
     assert table.columns == ("nmi", "overall9") and table.notes == ()
     for _, row in table.rows.iterrows():
@@ -531,6 +533,8 @@ def test_table11_span_structure(world: World) -> None:
         fractions = [span["effective_expert_fraction"] for span in spans.values()]
         assert (row["eff_frac_min"], row["eff_frac_max"]) == (min(fractions), max(fractions))
         assert all(row[f"{c}_n"] == 0 and np.isnan(row[f"{c}_sd"]) for c in table.columns)
+    note = "averaged over layers; min and max over the math, code, general domains."
+    assert any(note in line for line in table.notes)
 
 
 def test_table11_needs_distinct_domains(world: World) -> None:
@@ -627,3 +631,10 @@ def test_reference_matches_table_keys_and_columns(world: World, table_id: str) -
 
 def test_table1_has_no_reference() -> None:
     assert not (ROOT / "reference" / "table1.csv").exists()
+
+
+@pytest.mark.parametrize("table_id", sorted(routing_tables.TABLES))
+def test_table_builds_from_its_declared_inputs_alone(world: World, table_id: str, tmp_path: Path) -> None:
+    csv = report_in_sandbox(world.config, table_id, world.results, tmp_path)
+    table = routing_tables.TABLES[table_id](world.inputs(table_id))
+    assert csv.read_text() == render(table, None, world.config["scale"])["csv"]

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from workflow_scripts.models import tokenizer as tk  # noqa: E402
+from workflow_scripts.modeling import tokenizer as tk  # noqa: E402
 
 WORDS = ["alpha", "beta", "héllo", "🙂", "sum", "of", "the", "is", "def", "x", "\n", "  ", "$1$", "=", "✓"]
 

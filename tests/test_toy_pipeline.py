@@ -49,8 +49,83 @@ def targets() -> list[str]:
 def toy_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("toy") / "rpb-repro"
     shutil.copytree(ROOT, workdir, ignore=IGNORED)
+    git = ["git", "-C", str(workdir), "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "toy run"]):  # records carry a commit
+        subprocess.run([*git, *command], check=True, capture_output=True)
     snakemake(workdir, *targets())
     return workdir
+
+
+def audit(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "workflow_scripts", "provenance", "audit", "table6", *args]
+    env = {**JOB_ENV, "PYTHONPATH": str(workdir)}
+    return subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.slow
+def test_audit_of_a_fresh_run_holds(toy_run):
+    done = audit(toy_run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "table6: everything recorded holds" in done.stdout
+    assert "recorded jobs" in done.stdout and "MISMATCH" not in done.stdout
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _change_first_raw_row(path: Path) -> None:
+    frame = pd.read_parquet(path)
+    frame.iloc[
+        0, frame.columns.get_loc("conversations" if "conversations" in frame else frame.columns[-1])
+    ] = None
+    frame.to_parquet(path)
+
+
+CHECKPOINT = "results/checkpoints/moonlight/math20k/rpb/s42"
+TAMPERED = {  # stage: (file changed, how), named in the audit as itself (a checkpoint: its folder)
+    "raw row": ("results/raw/glm51/Math.parquet", _change_first_raw_row),
+    "prior": ("results/priors/moonlight/math20k/prior.npy", _flip_last_byte),
+    "checkpoint": (f"{CHECKPOINT}/model.safetensors", _flip_last_byte),
+    "generation": ("results/evals/moonlight/math20k/rpb/s42/generations.parquet", _flip_last_byte),
+    "code": (
+        "workflow_scripts/routing/core.py",
+        lambda path: path.write_text(path.read_text() + "\n# changed\n"),
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", sorted(TAMPERED))
+def test_audit_names_a_tampered_stage_and_what_it_invalidates(toy_run, stage):
+    relative, tamper = TAMPERED[stage]
+    path = toy_run / relative
+    original = path.read_bytes()
+    try:
+        tamper(path)
+        done = audit(toy_run)
+    finally:
+        path.write_bytes(original)
+    assert done.returncode == 2, done.stdout[-2000:]
+    kind = "code" if stage == "code" else "file"
+    subject = {"code": "job(s): ran at", "checkpoint": f"{CHECKPOINT}:"}.get(stage, f"{relative}:")
+    mismatches = [line for line in done.stdout.splitlines() if line.startswith(f"MISMATCH {kind} ")]
+    assert any(subject in line for line in mismatches), done.stdout[-3000:]
+    invalidated = [line for line in done.stdout.splitlines() if line.strip().startswith("invalidates: ")]
+    assert invalidated and (stage == "code" or all("manifest" in line for line in invalidated))
+    assert "table6: " in done.stdout and "mismatch(es)" in done.stderr
+    assert audit(toy_run).returncode == 0  # restored, everything holds again
+
+
+@pytest.mark.slow
+def test_audit_names_a_changed_config_value(toy_run, tmp_path):
+    overlay = tmp_path / "lr.yaml"
+    overlay.write_text("training:\n  schedule: {lr_max: 2.0e-3}\n")
+    done = audit(toy_run, "--config-files", "config.yaml", "profiles/local/toy.yaml", str(overlay))
+    assert done.returncode == 2
+    assert "MISMATCH config training.schedule.lr_max: training.schedule.lr_max: 0.001 -> 0.002" in done.stdout
 
 
 @pytest.mark.slow
@@ -103,7 +178,7 @@ def test_prior_and_its_manifest(toy_run):
 
 @pytest.mark.slow
 def test_table6_checkpoints_are_hook_free_and_logged(toy_run):
-    from workflow_scripts.models.toy import load_local
+    from workflow_scripts.modeling.toy import load_local
     from workflow_scripts.routing.hf import find_gates
 
     steps = {}
@@ -163,11 +238,18 @@ def test_tables_have_the_rows_and_columns_their_captions_describe(toy_run):
     reproduced = table6[table6["status"] != "missing"]
     assert set(reproduced["column"]) == {"nmi", "overall9"}
     assert reproduced["value"].notna().all() and reproduced["n"].eq(1).all()
-    assert reproduced["paper"].notna().all(), "every Table 6 cell has a published value beside it"
+    published = reproduced[reproduced["condition"].isin(TABLE6_CONDITIONS)]
+    assert published["paper"].notna().all(), (
+        "every Table 6 cell of the paper has its published value beside it"
+    )
+    assert reproduced[reproduced["condition"] == "sft_frozen_bias"]["paper"].isna().all()
     nmi = reproduced[reproduced["column"] == "nmi"]["value"]
     assert nmi.between(0, 1).all()
     assert reproduced[reproduced["column"] == "overall9"]["value"].between(0, 100).all()
     assert "not a reproduction verdict" in (tables / "table6.md").read_text()
+    assert (
+        "disagrees with itself on RPB-hard" in (tables / "table6.md").read_text()
+    )  # reference/table6.notes.md
     assert "\\begin{tabular}" in (tables / "table6.tex").read_text()
     table13 = pd.read_csv(tables / "table13.csv")
     assert set(table13["prior"]) == {"shuffled_within", "shuffled_global"}
@@ -207,7 +289,7 @@ def test_killed_training_resumes_under_snakemake(toy_run, tmp_path):
 
     import torch
 
-    from workflow_scripts.models.toy import load_local
+    from workflow_scripts.modeling.toy import load_local
 
     target = "results/checkpoints/moonlight/math20k/rpb/s42"
     reference = tmp_path / "reference"

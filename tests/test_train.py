@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from workflow_scripts.models.tokenizer import train_tokenizer  # noqa: E402
-from workflow_scripts.models.toy import ToyModelSpec, build_toy_model  # noqa: E402
+from workflow_scripts.modeling.tokenizer import train_tokenizer  # noqa: E402
+from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 from workflow_scripts.train.batches import (  # noqa: E402
     IGNORE_INDEX,
@@ -203,7 +203,7 @@ def test_missing_prior_is_an_error(tokenizer, examples):
 
 
 def test_training_section_checks(toy_config):
-    from workflow_scripts.cli import UserInputError
+    from workflow_scripts.errors import UserInputError
     from workflow_scripts.train.cli import train_config
 
     parsed = train_config(toy_config["training"])
@@ -257,7 +257,8 @@ def test_expert_bias_update_rate_per_condition(toy_config):
     for name, condition in toy_config["conditions"].items():
         objective = Objective.from_condition(condition, expert_bias_update_rate=rate)
         frozen = condition["intervention"] in ("rpb", "rpb_hard")  # rpb*, within_*, global_hard
-        assert objective.expert_bias_update_rate == (0.0 if frozen else rate), name
+        own = condition.get("settings", {}).get("expert_bias_update_rate", rate)  # sft_frozen_bias: 0
+        assert objective.expert_bias_update_rate == (0.0 if frozen else own), name
         assert objective.load_balancing == 0.0 or not frozen
     assert toy_config["training"]["expert_bias_update_rate"] == 1e-3
     with pytest.raises(ValueError, match="bias-update"):
@@ -327,7 +328,7 @@ def test_bias_update_resumes_bit_identically(tokenizer, examples, tmp_path):
 
 
 def test_training_section_bias_rate(toy_config):
-    from workflow_scripts.cli import UserInputError
+    from workflow_scripts.errors import UserInputError
     from workflow_scripts.train.cli import expert_bias_update_rate
 
     assert expert_bias_update_rate(toy_config["training"]) == 1e-3
@@ -368,3 +369,15 @@ def test_load_balancing_and_z_loss_sum_over_layers_kl_terms_average():
             rows = core.span_bias_per_token(prior[:, :, layer], spans).reshape(z.shape)
             kl.append(core.kl_to_base(rows, z, span_mask))
         torch.testing.assert_close(terms["kl_base"], torch.stack(kl).mean())
+
+
+def test_non_finite_loss_stops_naming_the_step(tokenizer, examples, tmp_path):
+    """lr_max inf (once accepted by the config) turns step 1's update into NaN weights: step 2 must stop."""
+    from workflow_scripts.train.loop import NonFiniteLossError
+
+    model = build_toy_model("deepseek_v3", SPEC, tokenizer, 0)
+    settings = config(3, lr_max=math.inf, checkpoint_every_steps=1)
+    objective = Objective.from_condition(CONDITIONS["none"])
+    with pytest.raises(NonFiniteLossError, match=r"training step 2: loss is nan"):
+        train(model, examples, objective, settings, 0, tokenizer.pad_token_id, None, tmp_path, "k")
+    assert [p.name for p in tmp_path.glob("step_*.pt")] == ["step_00000001.pt"]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.test_train import toy_rows, toy_tokenizer
-from workflow_scripts.cli import UserInputError
-from workflow_scripts.models.tokenizer import answer_span_mask
+from workflow_scripts.errors import UserInputError
+from workflow_scripts.modeling.tokenizer import answer_span_mask
 from workflow_scripts.train.megatron import resume
 from workflow_scripts.train.megatron.dataset import TRAINING_FILE, write_chat_dataset
 from workflow_scripts.train.megatron.launch import torchrun_command
@@ -41,12 +41,29 @@ def test_every_condition_sets_balancing_and_bias_update_explicitly(paper_config,
             assert fields["moe_router_load_balancing_type"] == "none" and fields["moe_aux_loss_coeff"] == 0.0
         expected_z = condition["params"]["coefficient"] if intervention == "z_loss" else None
         assert fields["moe_z_loss_coeff"] == expected_z, name
-        assert fields["moe_router_bias_update_rate"] == (0.0 if intervention in RPB_FAMILY else rate), name
+        own_rate = condition.get("settings", {}).get("expert_bias_update_rate", rate)
+        assert fields["moe_router_bias_update_rate"] == (0.0 if intervention in RPB_FAMILY else own_rate), (
+            name
+        )
         assert fields["moe_router_fusion"] is False and fields["calculate_per_token_loss"] is True
         assert fields["tensor_model_parallel_size"] == 2 and fields["expert_model_parallel_size"] == 8
         assert fields["sequence_parallel"] is True and fields["pipeline_model_parallel_size"] == 1
         assert fields["recompute_modules"] == ["layernorm", "moe", "moe_act", "core_attn"]
         assert fields["seq_length"] == 8192
+
+
+def test_condition_settings_override_the_config_for_that_condition(paper_config):
+    conditions = paper_config["conditions"]
+    frozen = Objective.from_condition(conditions["sft_frozen_bias"], expert_bias_update_rate=1e-3)
+    kept = Objective.from_condition(conditions["sft"], expert_bias_update_rate=1e-3)
+    assert (frozen.expert_bias_update_rate, kept.expert_bias_update_rate) == (0.0, 1e-3)
+    selection_only = Objective.from_condition(conditions["rpb_selection_only"], bias_in_gate_weights=True)
+    assert selection_only.bias_in_gate_weights is False and selection_only.beta == 1.0
+    assert Objective.from_condition(conditions["rpb"], bias_in_gate_weights=True).bias_in_gate_weights is True
+    with pytest.raises(ValueError, match="freeze the router bias-update rule"):
+        Objective.from_condition({**conditions["rpb"], "settings": {"expert_bias_update_rate": 1e-3}})
+    with pytest.raises(ValueError, match="soft RPB only"):
+        Objective.from_condition({**conditions["rpb_hard"], "settings": {"bias_in_gate_weights": False}})
 
 
 def test_run_settings_take_every_value_from_the_registry(paper_config):
@@ -238,3 +255,43 @@ def test_launch_check_without_slurm_runs_torchrun_standalone_and_reports_every_r
         ["rank", "0", "node_rank", "0", "local_rank", "0"],
         ["rank", "1", "node_rank", "0", "local_rank", "1"],
     ]
+
+
+def test_claim_keeps_a_work_folder_of_the_same_run_and_discards_another(tmp_path, capsys):
+    from workflow_scripts.cli import main
+
+    inputs = {name: tmp_path / name for name in ("hf", "megatron", "dataset")}
+    for folder in inputs.values():
+        folder.mkdir()
+        (folder / "weights").write_bytes(b"w")
+    split, work = tmp_path / "train.parquet", tmp_path / "work"
+    split.write_bytes(b"rows of the first split")
+    argv = [
+        "train",
+        "megatron-claim",
+        "--hf-base",
+        str(inputs["hf"]),
+        "--megatron-base",
+        str(inputs["megatron"]),
+    ]
+    argv += [
+        "--dataset",
+        str(inputs["dataset"]),
+        "--split",
+        str(split),
+        "--condition",
+        '{"intervention": "none"}',
+    ]
+    argv += ["--training", "{}", "--seed", "42", "--work", str(work)]
+    assert main(argv) == 0
+    checkpoint = resume.iteration_dir(work / "checkpoints", 100)
+    checkpoint.mkdir(parents=True)
+    assert main(argv) == 0 and checkpoint.is_dir(), "the same run keeps its checkpoints"
+    assert "starting fresh" not in capsys.readouterr().err
+    split.write_bytes(b"rows of another split")  # e.g. train_rows changed after a kill
+    assert main(argv) == 0
+    assert not checkpoint.exists() and (work / resume.KEY_FILE).is_file()
+    assert f"starting fresh: {work} was written for a different split" in capsys.readouterr().err
+    unkeyed = tmp_path / "unkeyed"
+    resume.iteration_dir(unkeyed / "checkpoints", 100).mkdir(parents=True)
+    assert resume.claim(unkeyed, "{}") is True and not (unkeyed / "checkpoints").exists()

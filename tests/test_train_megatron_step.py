@@ -14,7 +14,7 @@ pytestmark = pytest.mark.megatron
 import torch  # noqa: E402
 
 from tests.test_train import toy_rows, toy_tokenizer  # noqa: E402
-from workflow_scripts.models.tokenizer import answer_span_mask  # noqa: E402
+from workflow_scripts.modeling.tokenizer import answer_span_mask  # noqa: E402
 from workflow_scripts.routing.core import prior_to_bias, span_bias_per_token  # noqa: E402
 from workflow_scripts.train.megatron.spans import SpanTable  # noqa: E402
 from workflow_scripts.train.megatron.step import routing_context, set_micro_batch  # noqa: E402

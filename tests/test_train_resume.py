@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 
-from workflow_scripts.models.toy import load_local  # noqa: E402
+from workflow_scripts.modeling.toy import load_local  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,17 +50,18 @@ def environment() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(ROOT)}
 
 
-def finish(inputs: dict[str, Path], out: Path) -> str:
-    done = subprocess.run(command(inputs, out), cwd=ROOT, env=environment(), capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+def finish(inputs: dict[str, Path], out: Path, arguments: list[str] | None = None) -> str:
+    done = subprocess.run(arguments or command(inputs, out), cwd=ROOT, env=environment(), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stderr
 
 
-def kill_after_checkpoint(inputs: dict[str, Path], out: Path) -> None:
-    """Start a run and SIGKILL it as soon as a checkpoint of step >= 4 exists."""
+def kill_after_checkpoint(inputs: dict[str, Path], out: Path, arguments: list[str] | None = None) -> None:
+    """Start a run (``arguments``, default ``command``); SIGKILL it once a checkpoint of step >= 4 exists."""
     resume = Path(f"{out}.resume")
-    process = subprocess.Popen(command(inputs, out), cwd=ROOT, env=environment(), stderr=subprocess.DEVNULL)
+    arguments = arguments or command(inputs, out)
+    process = subprocess.Popen(arguments, cwd=ROOT, env=environment(), stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         steps = [int(p.stem.split("_")[1]) for p in resume.glob("step_*.pt")] if resume.exists() else []
@@ -92,6 +93,41 @@ def test_killed_run_resumes_bit_identically(training_inputs, tmp_path):
         records = [json.loads(line) for line in Path(f"{out}.log.jsonl").read_text().splitlines()]
         assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     assert log_without_times(resumed) == log_without_times(straight)
+
+
+def sft_command(inputs: dict[str, Path], split: Path, out: Path) -> list[str]:
+    """``command`` for the prior-free condition 'none' on ``split``, so the split may change alone."""
+    arguments = command({**inputs, "split": split}, out)
+    arguments[arguments.index("--condition") + 1] = json.dumps({"intervention": "none"})
+    for flag in ("--prior", "--prior-meta"):
+        del arguments[arguments.index(flag) : arguments.index(flag) + 2]
+    return arguments
+
+
+def test_changed_split_starts_fresh_instead_of_resuming(training_inputs, tmp_path):
+    """Rows rewritten in place after a kill (a changed train_rows) must not resume the old weights."""
+    split, out = tmp_path / "train.parquet", tmp_path / "out"
+    rows = pd.read_parquet(training_inputs["split"])
+    rows.to_parquet(split)
+    kill_after_checkpoint(training_inputs, out, sft_command(training_inputs, split, out))
+    rows.iloc[::-1].reset_index(drop=True).to_parquet(split)  # same path, same count, other order
+    stderr = finish(training_inputs, out, sft_command(training_inputs, split, out))
+    assert "resuming after step" not in stderr
+    assert "starting fresh" in stderr and "different split" in stderr
+    assert not Path(f"{out}.resume").exists()
+    assert [r["step"] for r in log_without_times(out)] == list(range(1, STEPS + 1))
+
+
+def test_run_key_follows_contents_not_paths(tmp_path):
+    from workflow_scripts.train.run_key import run_key
+
+    first, moved = tmp_path / "a.bin", tmp_path / "b.bin"
+    first.write_bytes(b"rows")
+    moved.write_bytes(b"rows")
+    key = run_key({"seed": 1}, {"split": first, "prior": None})
+    assert key == run_key({"seed": 1}, {"split": moved, "prior": None})
+    first.write_bytes(b"other rows")
+    assert key != run_key({"seed": 1}, {"split": first, "prior": None})
 
 
 def log_without_times(out: Path) -> list[dict]:

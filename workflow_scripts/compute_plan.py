@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from workflow_scripts import registry
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.registry import BASE, Closure, total_steps
 
 ALL = "all"

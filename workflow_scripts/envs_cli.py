@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "envs"

@@ -29,6 +29,7 @@ to stop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
@@ -49,6 +50,7 @@ REFUSED = -1  # exit status meaning "run it yourself" (the job's interpreter dif
 _LENGTH = struct.Struct("!I")
 _STATUS = struct.Struct("!i")
 _STREAMS = (0, 1, 2)
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}  # Ctrl-C, stop(), a closed terminal
 # Heavy imports every torch job would otherwise repeat; project modules import lazily inside commands.
 PRELOAD = (
     "numpy",
@@ -57,7 +59,7 @@ PRELOAD = (
     "torch",
     "transformers",
     "workflow_scripts.cli",
-    "workflow_scripts.models.toy",
+    "workflow_scripts.modeling.toy",
     "workflow_scripts.routing.hf",
     "workflow_scripts.train.loop",
     "workflow_scripts.priors.compute",
@@ -153,6 +155,7 @@ def _run_child(request: dict, streams: list[int], closing: Sequence[int]) -> Non
         for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the server across the fork
         for descriptor in closing:
             os.close(descriptor)
         for target, descriptor in zip(_STREAMS, streams, strict=True):
@@ -238,9 +241,11 @@ class Server:
             stream.flush()
         closing = [self.listener.fileno(), self.wake_read, self.wake_write, connection.fileno()]
         closing += [job.fileno() for job in self.jobs.values()]
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)  # the child must not run the server's exit
         pid = os.fork()
         if pid == 0:
             _run_child(request, streams, closing)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
         for descriptor in streams:
             os.close(descriptor)
         _log(f"served {_describe(request)} as pid {pid}")
@@ -304,20 +309,60 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+_STALE_AFTER_S = 60  # a socket younger than this may belong to a server between bind and listen
+
+
+def remove_stale(socket_path: str | os.PathLike) -> bool:
+    """Remove ``socket_path`` if it is a socket no process listens at; whether it did.
+
+    A server killed outright (SIGKILL, a crash) cannot remove its socket; a later start does.
+    Raises ``RuntimeError`` when a server does listen there.
+    """
+    path = Path(socket_path)
+    if not path.is_socket():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        path.unlink(missing_ok=True)
+        return True
+    finally:
+        probe.close()
+    raise RuntimeError(f"a fork server already listens at {path}")
+
+
+def _remove_stale_servers(folder: str) -> None:
+    """Remove the sockets and directories that earlier servers, killed outright, left in ``folder``."""
+    for stale in Path(folder).glob("rpb-fork-*/jobs.sock"):
+        with contextlib.suppress(OSError, RuntimeError):
+            if time.time() - stale.lstat().st_mtime > _STALE_AFTER_S and remove_stale(stale):
+                stale.parent.rmdir()
+
+
 def serve(socket_path: str, parent: int) -> None:
     """Listen at ``socket_path`` at once (clients queue while the preload runs) until ``parent`` ends.
 
-    ``socket_path`` lies in a directory of its own, removed with the socket at exit.
+    ``socket_path`` lies in a directory of its own, removed with the socket at exit; a stale socket
+    found there is replaced. SIGINT, SIGTERM and SIGHUP stop the server; they are blocked while the
+    socket is bound and while it is removed, so a second signal (Ctrl-C reaches both Snakemake and
+    the server, whose onerror then sends SIGTERM) cannot cut the removal short.
     """
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    if remove_stale(socket_path):
+        _log(f"removed a stale socket at {socket_path}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
     server = Server(listener, parent)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    for number in _STOPPING:
+        signal.signal(number, lambda number, _: sys.exit(128 + number))
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
         _preload()
         server.serve()
     finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
         server.stop()
         listener.close()
         Path(socket_path).unlink(missing_ok=True)
@@ -333,6 +378,7 @@ _running: subprocess.Popen | None = None  # the server :func:`start` started in 
 def start(log_path: str | os.PathLike) -> None:
     """Start a server for this process's jobs and point them at it (``RPB_FORK_SERVER``)."""
     global _running
+    _remove_stale_servers(tempfile.gettempdir())
     socket_path = os.path.join(tempfile.mkdtemp(prefix="rpb-fork-"), "jobs.sock")
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:

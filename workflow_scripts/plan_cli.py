@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
 # Training rows of corpora whose split keeps every eligible row (train_rows: null), as the

@@ -12,6 +12,8 @@ table's inputs.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,12 +184,100 @@ def _check_cells(config: Mapping[str, Any], section: str) -> None:
                         )
 
 
+def _check_schedule(config: Mapping[str, Any]) -> None:
+    """A schedule that can work: ``lr_min <= lr_max`` and a warm-up no longer than any training run."""
+    training, where = config["training"], "training.schedule"
+    schedule = training["schedule"]
+    if schedule["lr_min"] > schedule["lr_max"]:
+        raise RegistryError(
+            f"{where}.lr_min: {schedule['lr_min']} is above {where}.lr_max {schedule['lr_max']}"
+        )
+    for name, corpus in sorted(config["corpora"].items()):
+        if not corpus["train_rows"]:  # null: every eligible row (unknown here); 0: a probe-only pool
+            continue
+        steps = total_steps(corpus["train_rows"], training["global_batch_size"], training["epochs"])
+        if schedule["warmup_steps"] > steps:
+            raise RegistryError(
+                f"{where}.warmup_steps: {schedule['warmup_steps']} warm-up steps exceed the {steps} "
+                f"optimizer steps of corpus {name} (corpora.{name}.train_rows {corpus['train_rows']}, "
+                f"training.global_batch_size {training['global_batch_size']}, epochs {training['epochs']})"
+            )
+    toy_base = config.get("toy_base")
+    if toy_base and toy_base["warmup_steps"] > toy_base["steps"]:
+        raise RegistryError(
+            f"toy_base.warmup_steps: {toy_base['warmup_steps']} exceeds toy_base.steps {toy_base['steps']}"
+        )
+
+
+def _check_models(config: Mapping[str, Any]) -> None:
+    for name, model in sorted(config["models"].items()):
+        if model["top_k"] > model["experts"]:
+            raise RegistryError(
+                f"models.{name}.top_k: {model['top_k']} is above models.{name}.experts {model['experts']}"
+            )
+
+
 def check_references(config: Mapping[str, Any]) -> None:
-    """Check cross-references of a schema-valid config; raise RegistryError naming the key."""
+    """Check cross-references and values of a schema-valid config; raise RegistryError naming the key."""
     _check_conditions(config)
     _check_sources(config)
     _check_cells(config, "tables")
     _check_cells(config, "figures")
+    _check_schedule(config)
+    _check_models(config)
+
+
+def non_finite_numbers(node: Any, path: str = "") -> list[tuple[str, float]]:
+    """``(dotted key, value)`` of every NaN or infinite number under ``node``.
+
+    YAML reads ``.inf`` and ``.nan`` as floats, and JSON Schema's bounds let NaN through (every
+    comparison with it is false): ``lr_max: .inf`` once trained a NaN model.
+    """
+    if isinstance(node, float):
+        return [] if math.isfinite(node) else [(path or "(top level)", node)]
+    if isinstance(node, Mapping):
+        items: Iterable[tuple[Any, Any]] = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    else:
+        return []
+    return [found for key, value in items for found in non_finite_numbers(value, _dotted(path, key))]
+
+
+def _dotted(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _duplicate_keys(node: Any, path: str = "") -> Iterable[tuple[str, int, int]]:
+    """``(dotted key, first line, repeated line)`` of every key repeated within one YAML mapping."""
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _duplicate_keys(item, _dotted(path, index))
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key, value in node.value:
+        name, line, dotted = str(key.value), key.start_mark.line + 1, _dotted(path, key.value)
+        if name in seen:
+            yield dotted, seen[name], line
+        seen.setdefault(name, line)
+        yield from _duplicate_keys(value, dotted)
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Refuse config files with a key repeated in one mapping, naming file, line and key.
+
+    PyYAML, and so Snakemake, silently keeps the last of repeated keys: an overlay that sets a
+    key twice would run with a value its author may not have meant.
+    """
+    import yaml
+
+    for path in paths:
+        if repeated := list(_duplicate_keys(yaml.compose(Path(path).read_text()))):
+            key, first, line = repeated[0]
+            raise RegistryError(f"{path}:{line}: duplicate config key {key} (first set at line {first})")
 
 
 def outputs(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -277,7 +367,8 @@ def cap_seeds(config: dict[str, Any]) -> None:
 
 
 def validate_config(config: dict[str, Any], schema: str) -> None:
-    """Validate ``config`` against the JSON schema, then its references; one-line errors naming the key.
+    """Validate ``config`` (finite numbers, the JSON schema, then references and values); one-line
+    errors naming the key.
 
     Uses ``snakemake.utils.validate`` (which also fills schema defaults) and
     rewrites its multi-page jsonschema report into ``config key a.b.c: reason``.
@@ -285,6 +376,9 @@ def validate_config(config: dict[str, Any], schema: str) -> None:
     import jsonschema
     from snakemake.utils import validate
 
+    if found := non_finite_numbers(config):
+        key, value = found[0]
+        raise RegistryError(f"config key {key}: {value} is not a finite number")
     try:
         validate(config, schema)
     except Exception as error:  # snakemake wraps the jsonschema error in a WorkflowError
@@ -325,3 +419,20 @@ def toy_model_sizes(model: Mapping[str, Any]) -> dict[str, Any]:
     sizes["top_k"] = model["top_k"]
     sizes["shared_experts"] = model["shared_experts"]
     return sizes
+
+
+HUB_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def moving_revisions(config: Mapping[str, Any], sections: Iterable[str]) -> list[str]:
+    """Config keys of hub revisions in ``sections`` that name a ref (``main``), not a commit.
+
+    Snakemake's between-workflow cache keys an output on its job's params and inputs, so a
+    download of ``main`` would keep one key while the hub moves: such outputs must not be cached.
+    """
+    return [
+        f"{section}.{name}.hub.revision"
+        for section in sections
+        for name, entry in sorted(config[section].items())
+        if not HUB_COMMIT.fullmatch(str(entry["hub"]["revision"]))
+    ]

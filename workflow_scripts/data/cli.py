@@ -17,7 +17,8 @@ import argparse
 from pathlib import Path
 
 from workflow_scripts.atomic import atomic_path, write_json, write_parquet
-from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
 
 FORMAT_CHOICES = ("glm_sharegpt", "openr1")
 
@@ -68,6 +69,7 @@ def run_download(args: argparse.Namespace) -> None:
 
 def run_build(args: argparse.Namespace) -> None:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from workflow_scripts.data.report import build_report
     from workflow_scripts.data.scoring import ScoringConfig, score_frame
@@ -78,13 +80,16 @@ def run_build(args: argparse.Namespace) -> None:
         raise UserInputError("--spec and --scoring must be JSON objects")
     spec = CorpusSpec.from_dict(args.spec, args.corpus)
     config = ScoringConfig.from_dict(args.scoring)
-    scored = score_frame(read_source(args.raw, args.format), spec.domain, config)
+    source = read_source(args.raw, args.format)
+    dropped = pq.ParquetFile(args.raw).metadata.num_rows - len(source)  # rows that were not clean text
+    scored = score_frame(source, spec.domain, config)
     selection = select(scored, spec, args.corpus)
     columns = ["row_id", "source_id", "prompt", "answer", "score", *[c for c in scored if c.startswith("c_")]]
     for path, mask in ((args.train, selection.train), (args.probe, selection.probe)):
         # Masks keep the frame's order, which is source (row_id) order.
         write_parquet(pa.Table.from_pandas(scored.loc[mask, columns], preserve_index=False), path)
-    write_json(args.report, build_report(scored, selection, args.corpus))
+    report = build_report(scored, selection, args.corpus)
+    write_json(args.report, {**report, "rows_dropped_invalid_text": dropped})
 
 
 def register(stages: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 T = TypeVar("T")
 

@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.cli import UserInputError
 from workflow_scripts.data import completions
 from workflow_scripts.data.completions import Text, series
 from workflow_scripts.data.config import build
 from workflow_scripts.data.sources import text_column
+from workflow_scripts.errors import UserInputError
 
 # A complete fenced block: an opening and a closing ``` (lazy, so consecutive blocks count separately).
 FENCED_BLOCK = r"(?s)```.*?```"

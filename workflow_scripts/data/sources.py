@@ -14,10 +14,16 @@ see a source schema:
 Turns are picked with Arrow list kernels (flatten, parent indices, masks), one
 record batch at a time so that a string column larger than 2 GiB never has to
 be combined into a single array.
+
+Text enters clean: a row whose id or any turn's role or text holds a NUL byte or
+is not valid UTF-8 (undecodable bytes, an encoded lone surrogate) is dropped here,
+with the raw file and its row ids on stderr, rather than failing later with an
+Arrow error that names a downstream file.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +33,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 STRING = pd.ArrowDtype(pa.string())
+SHOWN_ROW_IDS = 10  # dropped row ids printed per raw file
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,50 @@ def _check_schema(path: Path, schema: pa.Schema, spec: SourceFormat) -> None:
             raise UserInputError(
                 f"{path}: column '{spec.turns_column}' field '{name}' must be a string ({found})"
             )
+
+
+def _decodes(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _bad_values(values: pa.Array) -> np.ndarray:
+    """Per string value: whether it holds a NUL byte or is not valid UTF-8 (nulls are fine)."""
+    if pa.types.is_null(values.type):
+        return np.zeros(len(values), dtype=bool)
+    raw = values.view(pa.large_binary() if pa.types.is_large_string(values.type) else pa.binary())
+    bad = pc.fill_null(pc.match_substring(raw, "\x00"), False).to_numpy(zero_copy_only=False)
+    try:
+        values.validate(full=True)  # fast path: the whole array is valid UTF-8
+    except pa.ArrowInvalid:
+        bad |= np.array([v is not None and not _decodes(v) for v in raw.to_pylist()], dtype=bool)
+    return bad
+
+
+def invalid_text_rows(batch: pa.RecordBatch, spec: SourceFormat) -> np.ndarray:
+    """Per row of ``batch``: whether its id or any turn's role or text is not clean text."""
+    turns = batch.column(spec.turns_column)
+    flat = pc.list_flatten(turns)
+    parents = pc.list_parent_indices(turns).to_numpy()
+    bad = np.zeros(len(batch), dtype=bool)
+    for name in (spec.role_field, spec.text_field):
+        bad[parents[_bad_values(pc.struct_field(flat, name))]] = True
+    ids = batch.column(spec.id_column)
+    if _is_text(ids.type):
+        bad |= _bad_values(ids)
+    return bad
+
+
+def _report_dropped(path: Path, row_ids: np.ndarray) -> None:
+    shown = ", ".join(map(str, row_ids[:SHOWN_ROW_IDS])) + (", ..." if len(row_ids) > SHOWN_ROW_IDS else "")
+    print(
+        f"{path}: dropped {len(row_ids)} rows with NUL bytes or invalid UTF-8 in their text "
+        f"(row ids {shown})",
+        file=sys.stderr,
+    )
 
 
 def _first_turns(turns: pa.Array, spec: SourceFormat) -> tuple[pa.Array, pa.Array, np.ndarray]:
@@ -130,15 +181,20 @@ def read_source(path: str | Path, fmt: str) -> pd.DataFrame:
     except (OSError, pa.ArrowException) as error:
         raise UserInputError(f"{path}: not a readable parquet file ({error})") from error
 
-    parts = {"source_id": [], "prompt_raw": [], "answer_raw": [], "has_assistant": []}
+    parts = {"bad": [], "source_id": [], "prompt_raw": [], "answer_raw": [], "has_assistant": []}
     for batch in batches:
-        prompt, answer, has_assistant = _first_turns(batch.column(spec.turns_column), spec)
-        parts["source_id"].append(pc.fill_null(pc.cast(batch.column(spec.id_column), pa.string()), ""))
+        bad = invalid_text_rows(batch, spec)
+        parts["bad"].append(bad)
+        clean = batch.filter(pa.array(~bad)) if bad.any() else batch
+        prompt, answer, has_assistant = _first_turns(clean.column(spec.turns_column), spec)
+        parts["source_id"].append(pc.fill_null(pc.cast(clean.column(spec.id_column), pa.string()), ""))
         parts["prompt_raw"].append(prompt)
         parts["answer_raw"].append(answer)
         parts["has_assistant"].append(has_assistant)
-    n_rows = sum(len(batch) for batch in batches)
-    frame = pd.DataFrame({"row_id": np.arange(n_rows, dtype=np.int64)})
+    bad = np.concatenate(parts["bad"]) if batches else np.zeros(0, dtype=bool)
+    if bad.any():
+        _report_dropped(path, np.flatnonzero(bad))
+    frame = pd.DataFrame({"row_id": np.flatnonzero(~bad).astype(np.int64)})  # positions in the file
     for name in ("source_id", "prompt_raw", "answer_raw"):
         frame[name] = pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array(parts[name], pa.string())))
     frame["has_assistant"] = np.concatenate(parts["has_assistant"]) if batches else np.zeros(0, dtype=bool)

@@ -19,7 +19,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 # Share of each domain per (format, subset).
 SUBSETS: dict[tuple[str, str], dict[str, float]] = {

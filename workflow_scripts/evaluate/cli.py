@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import write_json, write_parquet
-from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
 
 BACKENDS = ("hf", "vllm")
 
@@ -102,7 +103,7 @@ def _prompts(checkpoint: str, items: Any) -> list[str]:
 
 def _generate_hf(args: argparse.Namespace, prompts: list[str], sampling: Any) -> list[list[Any]]:
     from workflow_scripts.evaluate.generation import generate_hf
-    from workflow_scripts.models.toy import load_local
+    from workflow_scripts.modeling.toy import load_local
 
     model, tokenizer = load_local(args.checkpoint)
     try:
@@ -116,7 +117,9 @@ def _generate_vllm(args: argparse.Namespace, prompts: list[str], sampling: Any) 
     from dataclasses import asdict
 
     from workflow_scripts.evaluate.generation import Completion, merge_shards, shard_bounds
+    from workflow_scripts.modeling.toy import check_weight_files
 
+    check_weight_files(args.checkpoint)  # once, before any engine starts: vLLM's error names no file
     bounds = shard_bounds(len(prompts), args.data_parallel)
     with tempfile.TemporaryDirectory(prefix="vllm-shards-", dir=Path(args.out).parent) as tmp:
         prompt_file = Path(tmp) / "prompts.json"
@@ -181,18 +184,33 @@ def run_score(args: argparse.Namespace) -> None:
     """Grade every generation, then write per-item scores and the per-benchmark avg@k summary."""
     import pyarrow as pa
 
-    from workflow_scripts.evaluate.grading import SCORE_COLUMNS, check_coverage, grade, summarize
+    from workflow_scripts.evaluate.grading import (
+        MAX_RESPONSE_CHARS,
+        SCORE_COLUMNS,
+        check_coverage,
+        check_generations,
+        grade,
+        summarize,
+    )
     from workflow_scripts.evaluate.sandbox import IsolationUnavailable, Limits
 
     items = _read_items(args.items)
     generations = _read_parquet(args.generations, "--generations")
     sandbox = dict(args.limits)
     allow_unisolated = bool(sandbox.pop("allow_unisolated", False))
+    max_chars = MAX_RESPONSE_CHARS if args.max_response_chars is None else args.max_response_chars
     started = time.perf_counter()
     try:
+        check_generations(generations)
         check_coverage(items, generations, args.repeats)
         scores = grade(
-            items, generations, Limits(**sandbox), args.workers, args.math_timeout, allow_unisolated
+            items,
+            generations,
+            Limits(**sandbox),
+            args.workers,
+            args.math_timeout,
+            allow_unisolated,
+            max_chars,
         )
         benchmarks = summarize(scores, args.repeats)
     except IsolationUnavailable as error:
@@ -271,7 +289,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "generate-shard",
         run_generate_shard,
         "one data-parallel vLLM worker (started by 'generate --backend vllm')",
-        inputs=("checkpoint", "prompts"),
+        inputs=("prompts",),  # not the checkpoint: 'generate' verified it, one full read per GPU saved
         outputs=("out",),
     )
     shard.add_argument("--checkpoint", required=True, help="checkpoint directory")
@@ -303,6 +321,11 @@ def register(stages: argparse._SubParsersAction) -> None:
     )
     score.add_argument("--workers", type=int, default=2, help="parallel sandboxed programs")
     score.add_argument("--math-timeout", type=float, default=5.0, help="seconds per math-verify check")
+    score.add_argument(
+        "--max-response-chars",
+        type=int,
+        help="a longer response scores 0 without extraction (default: grading.MAX_RESPONSE_CHARS)",
+    )
     score.add_argument(
         "--identity", type=json_argument, required=True, help="model, corpus, condition and seed of the run"
     )

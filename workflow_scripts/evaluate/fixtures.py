@@ -12,7 +12,7 @@ from importlib import resources
 
 import pandas as pd
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 FIXTURE_PACKAGE = "workflow_scripts.evaluate"
 FIXTURE_FOLDER = "fixtures"

@@ -7,9 +7,10 @@ be recomputed (new grader, new timeout) without regenerating.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,18 @@ from workflow_scripts.evaluate.extraction import (
 )
 from workflow_scripts.evaluate.sandbox import Job, Limits, Outcome, require_isolation, run_all
 
+if TYPE_CHECKING:
+    from workflow_scripts.evaluate.math_equivalence import MathChecker
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Columns of a generations file that grading reads.
+GRADED_COLUMNS = ("benchmark", "item_id", "repeat", "seed", "response")
+# Responses longer than this are scored 0 unread (evaluation.max_response_chars). 8,192 tokens
+# of prose, LaTeX or code decode to about 4 characters a token, some 33,000 characters; 200,000
+# allows over 24 a token, which only degenerate output (long runs merged into single tokens) reaches.
+MAX_RESPONSE_CHARS = 200_000
 # ``task``: a LiveBench item's task (its category score averages over tasks); empty for other benchmarks.
 SCORE_COLUMNS = ("benchmark", "item_id", "task", "repeat", "seed", "score", "extracted")
 # Scores of a group of generations and what was extracted from each response.
@@ -86,31 +99,71 @@ def livebench_question(item: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _each(rows: list[dict[str, Any]], grade_one: Callable[[dict[str, Any]], T]) -> list[T | None]:
+    """``grade_one`` of every row; None where it raises, logged, so one bad response costs only its item."""
+    results: list[T | None] = []
+    for row in rows:
+        try:
+            results.append(grade_one(row))
+        except Exception as error:
+            logger.warning(
+                "grading failed, scored 0: benchmark %r item %r repeat %s: %s: %s",
+                row["benchmark"], row["item_id"], row["repeat"], type(error).__name__, error,
+            )  # fmt: skip
+            results.append(None)
+    return results
+
+
+def _math_answer(row: dict[str, Any]) -> str | None:
+    return extract_math_answer(strip_reasoning(row["response"]))
+
+
+def _check_math(
+    checker: MathChecker, rows: list[dict[str, Any]], extracted: list[str | None]
+) -> list[bool | None]:
+    """Each answer's verdict, None where checking raised: one batch, pair by pair only if it fails."""
+    pairs = [(row["answer"], answer) for row, answer in zip(rows, extracted, strict=True)]
+    try:
+        return [verdict.correct for verdict in checker.check_many(pairs)]
+    except Exception:
+        checks = [{**row, "pair": pair} for row, pair in zip(rows, pairs, strict=True)]
+        return _each(checks, lambda row: checker.check(*row["pair"]).correct)
+
+
 def _grade_math(rows: pd.DataFrame, math_timeout_s: float) -> Graded:
     from workflow_scripts.evaluate.math_equivalence import MathChecker
 
-    extracted = [extract_math_answer(strip_reasoning(text)) for text in rows["response"]]
+    records = rows.to_dict("records")
+    extracted = _each(records, _math_answer)
     with MathChecker(timeout_s=math_timeout_s) as checker:
-        verdicts = checker.check_many(list(zip(rows["answer"], extracted, strict=True)))
-    return [float(v.correct) for v in verdicts], extracted
+        correct = _check_math(checker, records, extracted)
+    extracted = [
+        answer if verdict is not None else None for answer, verdict in zip(extracted, correct, strict=True)
+    ]
+    return [float(bool(verdict)) for verdict in correct], extracted
+
+
+def _choice(row: dict[str, Any]) -> str | None:
+    return extract_choice(strip_reasoning(row["response"]), len(row["choices"]))
 
 
 def _grade_choice(rows: pd.DataFrame) -> Graded:
-    extracted = [
-        extract_choice(strip_reasoning(text), len(choices))
-        for text, choices in zip(rows["response"], rows["choices"], strict=True)
-    ]
+    extracted = _each(rows.to_dict("records"), _choice)
     scores = [float(e is not None and e == gold) for e, gold in zip(extracted, rows["answer"], strict=True)]
     return scores, extracted
 
 
+def _code_and_program(row: dict[str, Any]) -> tuple[str, str] | None:
+    """The response's code and the benchmark's test program around it; None without code."""
+    code = extract_code(strip_reasoning(row["response"]))
+    return None if code is None else (code, PROGRAMS[row["grader"]](row, code))
+
+
 def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int, allow_unisolated: bool) -> Graded:
     """Run each distinct extracted program once in the sandbox; a response without code scores 0."""
-    extracted = [extract_code(strip_reasoning(text)) for text in rows["response"]]
-    programs: list[str | None] = [
-        None if code is None else PROGRAMS[item["grader"]](item, code)
-        for code, (_, item) in zip(extracted, rows.iterrows(), strict=True)
-    ]
+    built = _each(rows.to_dict("records"), _code_and_program)
+    extracted = [None if pair is None else pair[0] for pair in built]
+    programs = [None if pair is None else pair[1] for pair in built]
     distinct = sorted({p for p in programs if p is not None})
     isolation = require_isolation(allow_unisolated) if distinct else None
     runs = [completion_job(source) for source in distinct]
@@ -156,6 +209,44 @@ def check_coverage(items: pd.DataFrame, generations: pd.DataFrame, repeats: int)
                 )
 
 
+def _rows_message(rows: pd.DataFrame, what: str) -> str:
+    first = rows.iloc[0]
+    return (
+        f"column 'response' has {len(rows)} {what}, first benchmark {first['benchmark']!r} "
+        f"item {first['item_id']!r} repeat {first['repeat']}"
+    )
+
+
+def check_generations(generations: pd.DataFrame) -> None:
+    """Raise unless the frame has every graded column and a string response in each row.
+
+    Checked before grading so that a broken file is named once instead of failing deep in a grader.
+    """
+    missing = [column for column in GRADED_COLUMNS if column not in generations.columns]
+    if missing:
+        raise ValueError(f"missing columns {missing}")
+    responses = generations["response"]
+    nulls = responses.isna()
+    if nulls.any():
+        raise ValueError(_rows_message(generations[nulls], "null values"))
+    not_text = ~responses.map(lambda response: isinstance(response, str))
+    if not_text.any():
+        raise ValueError(_rows_message(generations[not_text], "values that are not strings"))
+
+
+def _over_cap(merged: pd.DataFrame, max_response_chars: int) -> pd.Series:
+    """Which responses exceed the cap, logged per benchmark: bounded grading time for runaway output."""
+    over = merged["response"].str.len() > max_response_chars
+    for benchmark, rows in merged[over].groupby("benchmark", sort=True):
+        first = rows.iloc[0]
+        logger.warning(
+            "%s: %d responses longer than %d characters scored 0 without extraction "
+            "(evaluation.max_response_chars), first item %r repeat %s",
+            benchmark, len(rows), max_response_chars, first["item_id"], first["repeat"],
+        )  # fmt: skip
+    return over
+
+
 def grade(
     items: pd.DataFrame,
     generations: pd.DataFrame,
@@ -163,11 +254,13 @@ def grade(
     workers: int,
     math_timeout_s: float,
     allow_unisolated: bool = False,
+    max_response_chars: int = MAX_RESPONSE_CHARS,
 ) -> pd.DataFrame:
     """Score every generation against its item; a generation without an item is an error naming it.
 
     Code runs only in an isolating sandbox unless ``allow_unisolated``
-    (:func:`~workflow_scripts.evaluate.sandbox.require_isolation`).
+    (:func:`~workflow_scripts.evaluate.sandbox.require_isolation`). A response longer than
+    ``max_response_chars``, or one whose extraction or checking raises, scores 0 (logged).
     """
     merged = generations.merge(
         items, on=["benchmark", "item_id"], how="left", validate="many_to_one", indicator=True
@@ -181,7 +274,8 @@ def grade(
         )
     scores = np.zeros(len(merged))
     extracted: list[str | None] = [None] * len(merged)
-    for grader, rows in merged.groupby("grader", sort=True):
+    graded = merged[~_over_cap(merged, max_response_chars)]
+    for grader, rows in graded.groupby("grader", sort=True):
         if grader == "math":
             values, found = _grade_math(rows, math_timeout_s)
         elif grader == "multiple_choice":

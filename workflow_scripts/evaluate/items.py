@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 ITEM_COLUMNS = ("item_id", "benchmark", "template", "grader", "prompt", "choices", "answer", "metadata")
 OPTION_LETTERS = "ABCDEFGHIJ"

@@ -1,7 +1,5 @@
-"""Local model backend: byte-level BPE tokenizer and tiny MoE checkpoints of the three router families.
+"""The ``models`` stage: base checkpoints, pinned hub downloads or toy bases pretrained here.
 
-* ``workflow_scripts.models.tokenizer``: ``train_tokenizer`` (byte-level BPE with special
-  tokens and a chat template) and ``answer_span_mask`` (Q/A span label per token).
-* ``workflow_scripts.models.toy``: ``ToyModelSpec``, ``toy_config``, ``build_toy_model``,
-  ``moe_layer_indices``, ``router_modules``, ``save_toy_base``, ``load_local``.
+It sits above ``train`` because a toy base is pretrained briefly with the training loop; the
+tokenizer and checkpoint code every stage shares lives below, in :mod:`workflow_scripts.modeling`.
 """

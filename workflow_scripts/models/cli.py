@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
 
 
 def run_download(args: argparse.Namespace) -> None:
@@ -55,10 +56,10 @@ def run_toy_base(args: argparse.Namespace) -> None:
     """Build a toy base, pretrain it briefly with load balancing, report its routing structure."""
     import torch
 
+    from workflow_scripts.modeling.tokenizer import train_tokenizer
+    from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_toy_base
     from workflow_scripts.models.pretrain_corpus import split_report_rows, synthetic_rows
     from workflow_scripts.models.routing_report import routing_structure, selected_experts
-    from workflow_scripts.models.tokenizer import train_tokenizer
-    from workflow_scripts.models.toy import ToyModelSpec, build_toy_model, save_toy_base
     from workflow_scripts.train.batches import encode_rows
     from workflow_scripts.train.loop import TrainConfig, train
     from workflow_scripts.train.objective import Objective

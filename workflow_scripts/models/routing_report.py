@@ -24,7 +24,7 @@ def selected_experts(
     """
     import torch
 
-    from workflow_scripts.models.tokenizer import answer_span_mask
+    from workflow_scripts.modeling.tokenizer import answer_span_mask
     from workflow_scripts.routing.hf import RoutingContext, attach
 
     context = RoutingContext()
@@ -49,22 +49,24 @@ def routing_structure(topk_by_domain: Mapping[str, np.ndarray], num_experts: int
     """Sharpness ||p - U||_1 per domain and ||p_a - p_b||_1 per domain pair (Appendix D.2).
 
     ``p`` is the layer-averaged expert distribution (share of token-slots per expert,
-    averaged over MoE layers), as in D.2.
+    averaged over MoE layers), as in D.2; the effective expert fraction is Table 11's, taken
+    per layer and then averaged.
     """
-    from workflow_scripts.probe.metrics import (
+    from workflow_scripts.routing_metrics.metrics import (
         cross_domain_l1,
-        effective_expert_fraction,
         expert_marginals,
+        layer_mean_effective_fraction,
         sharpness,
     )
 
-    averaged = {d: expert_marginals(topk, num_experts).mean(axis=0) for d, topk in topk_by_domain.items()}
+    per_layer = {d: expert_marginals(topk, num_experts) for d, topk in topk_by_domain.items()}
+    averaged = {d: p.mean(axis=0) for d, p in per_layer.items()}
     return {
         "domains": {
             domain: {
                 "tokens": int(topk_by_domain[domain].shape[1]),
                 "sharpness_l1": float(sharpness(p)),
-                "effective_expert_fraction": float(effective_expert_fraction(p)),
+                "effective_expert_fraction": layer_mean_effective_fraction(per_layer[domain]),
             }
             for domain, p in averaged.items()
         },

@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import UserInputError, add_command, add_stage
+from workflow_scripts.commands import add_command, add_stage
+from workflow_scripts.errors import UserInputError
 
 SPLIT_COLUMNS = ("row_id", "prompt", "answer")
 
@@ -44,7 +45,7 @@ def run_compute(args: argparse.Namespace) -> None:
     """Frozen-base pass over the split: prior .npy, its meta.json and its statistics."""
     import torch
 
-    from workflow_scripts.models.toy import load_local
+    from workflow_scripts.modeling.toy import load_local
     from workflow_scripts.priors.compute import compute_prior, load_prior, prior_meta
     from workflow_scripts.priors.stats import prior_stats
 

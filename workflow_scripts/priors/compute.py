@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workflow_scripts.atomic import atomic_path
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 if TYPE_CHECKING:
     import torch
@@ -113,7 +113,7 @@ def _encode_rows(
         spans; row ``i`` is ``[starts[i], starts[i] + lengths[i])`` with ``starts`` the
         exclusive cumulative sum of ``lengths``.
     """
-    from workflow_scripts.models.tokenizer import answer_span_arrays, special_id_array
+    from workflow_scripts.modeling.tokenizer import answer_span_arrays, special_id_array
 
     special = special_id_array(tokenizer)
     lengths = np.zeros(len(rows), dtype=np.int64)
@@ -177,7 +177,7 @@ def compute_prior(
     import torch
     from numpy.lib.format import open_memmap
 
-    from workflow_scripts.models.toy import moe_layer_indices
+    from workflow_scripts.modeling.toy import moe_layer_indices
 
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -455,10 +455,17 @@ def check_prior_matches(
 
 
 def load_prior(path: str | os.PathLike[str]) -> np.memmap:
-    """Open a prior ``.npy`` read-only, memory-mapped; checks it is ``(N, 2, L, E)``."""
-    prior = np.load(path, mmap_mode="r")
+    """Open a prior ``.npy`` read-only, memory-mapped; checks it is ``(N, 2, L, E)``.
+
+    ``open_memmap`` reads only the ``.npy`` format (``np.load`` would unpickle or open a
+    zip); a file it cannot map (bad header, truncated data) is an error naming it.
+    """
+    try:
+        prior = np.lib.format.open_memmap(path, mode="r")
+    except (OSError, ValueError) as error:
+        raise UserInputError(f"{path}: not a readable prior .npy ({error})") from error
     if prior.ndim != 4 or prior.shape[1] != 2:
-        raise ValueError(f"{path}: expected a prior of shape (N, 2, L, E), got {prior.shape}")
+        raise UserInputError(f"{path}: expected a prior of shape (N, 2, L, E), got {prior.shape}")
     return prior
 
 

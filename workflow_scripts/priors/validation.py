@@ -32,9 +32,9 @@ from workflow_scripts.priors.shuffle import (
     permute_experts,
     within_community_permutations,
 )
-from workflow_scripts.probe.communities import louvain
-from workflow_scripts.probe.graphs import coactivation_layers, threshold_top_fraction
-from workflow_scripts.probe.metrics import layer_mean_nmi, topk_overlap
+from workflow_scripts.routing_metrics.communities import louvain
+from workflow_scripts.routing_metrics.graphs import coactivation_layers, threshold_top_fraction
+from workflow_scripts.routing_metrics.metrics import layer_mean_nmi, topk_overlap
 
 __all__ = [
     "ABS_DELTA_BINS",

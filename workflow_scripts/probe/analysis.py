@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.probe import communities, graphs, metrics
+from workflow_scripts.routing_metrics import communities, graphs, metrics
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def modularities(kept: np.ndarray, labels: np.ndarray, resolution: float) -> np.
 
 def retention(
     base_topk: np.ndarray, run_topk: np.ndarray, num_experts: int, detector: Detector, log_base: float = 2.0
-) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """Per-layer rows and their unweighted layer means (F.10) of every §2 retention metric."""
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Per-layer rows (with the run's communities) and unweighted layer means (F.10) of the §2 metrics."""
     if base_topk.shape != run_topk.shape:
         raise ValueError(f"base and run probes differ in shape: {base_topk.shape} vs {run_topk.shape}")
     base_kept, base_labels = layer_partitions(base_topk, num_experts, detector)
@@ -80,10 +80,12 @@ def retention(
             "jsd": float(metrics.jsd(p_run[layer], p_base[layer], base=log_base)),
             "topk_overlap": metrics.topk_overlap(base_topk[layer], run_topk[layer], k),
             "communities": int(run_labels[layer].max() + 1),
+            "labels": run_labels[layer].tolist(),  # (E,), the run's communities, for figure 1
         }
         for layer in range(base_topk.shape[0])
     ]
-    summary = {key: float(np.mean([row[key] for row in rows])) for key in rows[0] if key != "layer"}
+    means = [key for key in rows[0] if key not in ("layer", "labels")]
+    summary = {key: float(np.mean([row[key] for row in rows])) for key in means}
     summary["sharpness_l1"] = float(metrics.sharpness(p_run.mean(axis=0)))
     return rows, summary
 
@@ -166,7 +168,7 @@ def span_profile(topk: np.ndarray, spans: np.ndarray, num_experts: int) -> dict[
         p_topk = metrics.expert_marginals(chosen, num_experts) * topk.shape[-1]  # (L, E), rows sum to k
         profile[name] = {
             "p_topk": p_topk.tolist(),
-            "effective_expert_fraction": float(metrics.effective_expert_fraction(p_topk.mean(axis=0))),
+            "effective_expert_fraction": metrics.layer_mean_effective_fraction(p_topk),
             "tokens": int(chosen.shape[1]),
         }
     return profile

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import atomic_path, write_json
-from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
 
 POOL_COLUMNS = ("row_id", "prompt", "answer")
 
@@ -41,7 +42,7 @@ def _load_moe(path: str) -> tuple[Any, Any]:
     """Model and tokenizer of a checkpoint with supported MoE gates, on the GPU when there is one."""
     import torch
 
-    from workflow_scripts.models.toy import load_local
+    from workflow_scripts.modeling.toy import load_local
     from workflow_scripts.routing.hf import find_gates
 
     try:
@@ -193,4 +194,6 @@ def register(stages: argparse._SubParsersAction) -> None:
     retention.add_argument(
         "--out", required=True, help="output JSON: layer means, null-model and sweep results"
     )
-    retention.add_argument("--layers", required=True, help="output parquet: per-layer metrics")
+    retention.add_argument(
+        "--layers", required=True, help="output parquet: per-layer metrics and the run's communities (labels)"
+    )

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .communities import LOUVAIN_MAX_LEVEL, louvain, modularities
-from .graphs import check_topk, threshold_top_fraction
-from .metrics import community_nmi, expert_marginals
+from workflow_scripts.routing_metrics.communities import LOUVAIN_MAX_LEVEL, louvain, modularities
+from workflow_scripts.routing_metrics.graphs import check_topk, threshold_top_fraction
+from workflow_scripts.routing_metrics.metrics import community_nmi, expert_marginals
 
 __all__ = [
     "NullMargins",

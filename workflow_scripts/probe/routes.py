@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workflow_scripts.atomic import atomic_path, write_json
+from workflow_scripts.errors import UserInputError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -105,7 +108,7 @@ def probe_tokens(
     See the module notes for the rule. Raises ``ValueError`` on non-positive sizes, repeated
     row ids, a row the chat template cannot render, or a pool without any Q/A token.
     """
-    from workflow_scripts.models.tokenizer import answer_span_mask
+    from workflow_scripts.modeling.tokenizer import answer_span_mask
 
     if max_length <= 0 or token_budget <= 0:
         raise ValueError(f"max_length and token_budget must be positive, got {max_length}, {token_budget}")
@@ -248,12 +251,19 @@ def save_routes(
 
 
 def load_routes(path: str | os.PathLike[str]) -> tuple[Routes, ProbeTokens]:
-    """Read a routes ``.npz`` back; the returned ``ProbeTokens`` has no ``inputs``."""
-    with np.load(path) as data:
-        missing = [name for name in _ARRAYS if name not in data.files]
-        if missing:
-            raise ValueError(f"{path}: not a routes file, missing arrays {missing}")
-        arrays = {name: data[name] for name in _ARRAYS}
+    """Read a routes ``.npz`` back; the returned ``ProbeTokens`` has no ``inputs``.
+
+    A file that is no readable ``.npz`` (truncated, not a zip, a member with a bad CRC or
+    deflate stream: the arrays are read inside the ``try``) is an error naming it.
+    """
+    try:
+        with np.load(path) as data:
+            missing = [name for name in _ARRAYS if name not in data.files]
+            if missing:
+                raise UserInputError(f"{path}: not a routes file, missing arrays {missing}")
+            arrays = {name: data[name] for name in _ARRAYS}
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as error:
+        raise UserInputError(f"{path}: not a readable routes .npz ({error})") from error
     routes = Routes(arrays["topk"], arrays["probs"], arrays["moe_layers"])
     tokens = ProbeTokens(arrays["row_ids"], arrays["positions"], arrays["spans"])
     return routes, tokens

@@ -5,6 +5,8 @@ the code version (package version, git commit and dirty state), the exact
 arguments (including the config slice passed as JSON) and their hash, the
 checksums of every input and output, the versions of the scientific
 packages, the host, the SLURM job id and the wall time.
+Before a command runs, ``verify`` checks each input against the records that
+list it as an output, so a file changed after its job wrote it is refused.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ TRACKED_PACKAGES = (
     "math-verify",
 )
 _CHUNK = 1 << 20
+# Snakemake creates this flag in a directory() output after its job ran (its mtime carrier):
+# counted, it would change a checkpoint's digest between its own record and its readers.
+SNAKEMAKE_FLAG = ".snakemake_timestamp"
 
 
 def file_sha256(path: Path) -> str:
@@ -56,12 +61,15 @@ def file_sha256(path: Path) -> str:
 
 
 def path_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Checksum of a file, or of a directory as the hash of its sorted (name, file hash) list."""
+    """Checksum of a file, or of a directory as the hash of its sorted (name, file hash) list.
+
+    A directory's own ``SNAKEMAKE_FLAG`` is left out: Snakemake's bookkeeping, not content.
+    """
     target = Path(path)
     if target.is_file():
         return {"path": str(target), "sha256": file_sha256(target), "bytes": target.stat().st_size}
     if target.is_dir():
-        files = sorted(p for p in target.rglob("*") if p.is_file())
+        files = sorted(p for p in target.rglob("*") if p.is_file() and p != target / SNAKEMAKE_FLAG)
         digest = hashlib.sha256()
         size = 0
         for file in files:
@@ -118,17 +126,22 @@ def arguments_hash(arguments: dict[str, Any]) -> str:
 def build_record(
     command: str,
     arguments: dict[str, Any],
-    inputs: dict[str, Any],
+    input_digests: dict[str, Any],
     outputs: dict[str, Any],
     started_utc: str,
     wall_seconds: float,
 ) -> dict[str, Any]:
-    """Assemble the provenance record of one finished command."""
+    """Assemble the provenance record of one finished command.
+
+    ``input_digests`` are the ``path_digest`` of each input, taken when the command
+    checked its inputs before it ran (so a large checkpoint is hashed once);
+    ``outputs`` are paths, hashed here.
+    """
     return {
         "command": command,
         "arguments": arguments,
         "arguments_sha256": arguments_hash(arguments),
-        "inputs": {name: path_digest(path) for name, path in inputs.items()},
+        "inputs": dict(input_digests),
         "outputs": {name: path_digest(path) for name, path in outputs.items()},
         "code": code_version(),
         "software": software_versions(),

@@ -1,4 +1,7 @@
-"""``provenance`` stage: the manifest that says what produced a table or figure."""
+"""``provenance`` stage: the manifest that says what produced a table or figure, and its audit.
+
+python -m workflow_scripts provenance audit table5     # exit 0: everything recorded holds
+"""
 
 from __future__ import annotations
 
@@ -7,45 +10,34 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import add_command, add_stage, json_argument
+from workflow_scripts.atomic import write_json, write_text
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.provenance import arguments_hash, code_version, path_digest, software_versions
 
 
-def upstream_records(inputs: list[str]) -> dict[str, Any]:
-    """Records of every job upstream of ``inputs``, followed transitively.
-
-    A job's record sits beside its outputs (``provenance.json``); a downloaded
-    raw file has a ``.manifest.json`` with the hub commit it resolved. Each
-    record's own inputs are followed in turn, so a table's manifest reaches
-    back to the hub revision its rows came from.
-    """
-    records: dict[str, Any] = {}
-    pending = [Path(path) for path in inputs]
-    while pending:
-        path = pending.pop()
-        for candidate in (path.parent / "provenance.json", path.with_suffix(".manifest.json")):
-            if str(candidate) in records or not candidate.is_file():
-                continue
-            record = json.loads(candidate.read_text())
-            records[str(candidate)] = record
-            upstream = record.get("inputs", {}).values()
-            pending.extend(
-                Path(digest["path"]) for digest in upstream if isinstance(digest, dict) and "path" in digest
-            )
-    return records
-
-
 def build_manifest(args: argparse.Namespace) -> dict[str, Any]:
+    """The output's closure, the checksums of its inputs and the records of every job behind them.
+
+    The records are the audit's chain (``provenance.audit.build_chain``): each job's record
+    beside its outputs, followed through its inputs back to the raw files and the hub
+    downloads' manifests with the commits they resolved.
+    """
+    from workflow_scripts.provenance.audit import build_chain
+
     inputs = sorted(args.inputs_list)
+    digests = {path: path_digest(path) for path in inputs}
+    chain = build_chain({"inputs": digests}, Path.cwd())
     return {
         "output": args.output_id,
         "title": args.entry["title"],
         "entry": args.entry,
         "closure": args.closure,
         "config_sha256": arguments_hash(args.config),
-        "inputs": {path: path_digest(path) for path in inputs},
-        "upstream": upstream_records(inputs),
+        "config": args.config,
+        "config_files": {path: path_digest(path) for path in args.config_files},
+        "inputs": digests,
+        "upstream": chain.records,
         "code": code_version(),
         "software": software_versions(),
     }
@@ -53,6 +45,35 @@ def build_manifest(args: argparse.Namespace) -> dict[str, Any]:
 
 def manifest(args: argparse.Namespace) -> None:
     write_json(args.out, build_manifest(args))
+
+
+def run_audit(args: argparse.Namespace) -> None:
+    """Print the audit of one output; any mismatch is an error (exit status 2)."""
+    from workflow_scripts import registry
+    from workflow_scripts.layout import manifest_path
+    from workflow_scripts.provenance.audit import audit, merged_config, report
+
+    path = manifest_path(args.results, args.output_id)
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise UserInputError(
+            f"{path}: no readable manifest ({error}); build it first: snakemake {path}"
+        ) from error
+    config_files = args.config_files or list(recorded.get("config_files", {}))
+    if not config_files:
+        raise UserInputError(f"{path}: records no config files; name them with --config-files")
+    current = merged_config(config_files)
+    registry.cap_seeds(current)
+    chain, findings, absent = audit(recorded, Path.cwd(), current)
+    text = report(args.output_id, chain, findings, absent)
+    print(text, end="")
+    if findings:
+        raise UserInputError(
+            f"{args.output_id}: {len(findings)} mismatch(es) against its recorded provenance"
+        )
+    if args.out:
+        write_text(args.out, text)
 
 
 def register(stages: argparse._SubParsersAction) -> None:
@@ -71,4 +92,19 @@ def register(stages: argparse._SubParsersAction) -> None:
         "--config", required=True, type=json_argument, help="the whole validated config (JSON)"
     )
     parser.add_argument("--inputs", dest="inputs_list", nargs="*", default=[], help="input paths")
+    parser.add_argument(
+        "--config-files", nargs="*", default=[], help="the config files Snakemake merged, in order"
+    )
     parser.add_argument("--out", required=True, help="manifest path (JSON)")
+
+    summary = "re-check one table's or figure's recorded chain: files, code, software, config"
+    checker = commands.add_parser("audit", help=summary, description=__doc__)
+    checker.add_argument("output_id", metavar="OUTPUT", help="table or figure id, e.g. table5")
+    checker.add_argument("--results", default="results", help="results root (default: results)")
+    checker.add_argument(
+        "--config-files", nargs="*", help="config files to compare with (default: those the manifest records)"
+    )
+    checker.add_argument(
+        "--out", help="write the report here when everything holds (the check rule's output)"
+    )
+    checker.set_defaults(run=run_audit, provenance=None, inputs=(), outputs=())

@@ -1,19 +1,32 @@
-"""``python -m workflow_scripts report <command>``: one paper table or figure from the results tree.
+"""``python -m workflow_scripts report <command>``: one paper table or figure from its declared result files.
 
     python -m workflow_scripts report table --id table5 --config '{...}' --results results \\
-        --reference reference/table5.csv --csv results/tables/table5.csv \\
-        --md results/tables/table5.md --tex results/tables/table5.tex
-    python -m workflow_scripts report figure --id figure3 --config '{...}' --results results \\
-        --data results/figures/figure3.csv --png results/figures/figure3.png --pdf results/figures/figure3.pdf
+        --inputs results/evals/.../summary.json ... --reference reference/table5.csv \\
+        --csv results/tables/table5.csv --md results/tables/table5.md --tex results/tables/table5.tex
+    python -m workflow_scripts report figure-data --id figure3 --config '{...}' --results results \\
+        --inputs results/graphs/.../metrics.json ... --data results/figures/figure3.csv
+    python -m workflow_scripts report figure-plot --id figure3 --data results/figures/figure3.csv \\
+        --png results/figures/figure3.png --pdf results/figures/figure3.pdf
+
+``--inputs`` lists every file the command reads (``report.inputs.declared_files``); any other
+path under ``--results`` is refused. Figures are computed and drawn by separate commands, so a
+restyled plot redraws from the CSV without recomputing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workflow_scripts.atomic import atomic_path, write_text
-from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
+
+if TYPE_CHECKING:
+    from workflow_scripts.report.table import ReportInputs
 
 
 def _tables() -> dict:
@@ -23,38 +36,62 @@ def _tables() -> dict:
 
 
 def run_table(args: argparse.Namespace) -> None:
-    """Compute one table from the results tree, set the paper's values beside it, write csv/md/tex."""
-    from workflow_scripts.report.reference import load_reference
+    """Compute one table from its declared result files; render it beside the paper's values."""
+    from workflow_scripts.report.reference import load_reference, load_reference_notes
     from workflow_scripts.report.render import render
-    from workflow_scripts.report.table import ReportInputs
 
     tables = _tables()
     if args.id not in tables:
         raise UserInputError(f"--id {args.id!r}: no such table (known: {', '.join(sorted(tables))})")
     try:
-        table = tables[args.id](ReportInputs(args.config, args.id, Path(args.results)))
+        table = tables[args.id](_report_inputs(args))
     except (KeyError, ValueError, OSError) as error:
         raise UserInputError(f"{args.id}: {error}") from error
+    if args.reference_notes:
+        table = dataclasses.replace(table, notes=table.notes + load_reference_notes(args.reference_notes))
     reference = load_reference(args.reference) if args.reference else None
     texts = render(table, reference, args.config["scale"])
     for kind in ("csv", "md", "tex"):
         write_text(getattr(args, kind), texts[kind])
 
 
-def run_figure(args: argparse.Namespace) -> None:
-    """Compute one figure's data from the results tree, write it as CSV, plot it as PNG and PDF."""
-    from workflow_scripts.report.figures import FIGURES
+def _report_inputs(args: argparse.Namespace) -> ReportInputs:
+    """The registry slice and exactly the ``--inputs`` files, resolved under ``--results``."""
+    from workflow_scripts.report.inputs import ResultFiles
     from workflow_scripts.report.table import ReportInputs
 
-    if args.id not in FIGURES:
-        raise UserInputError(f"--id {args.id!r}: no such figure (known: {', '.join(sorted(FIGURES))})")
-    compute, plot = FIGURES[args.id]
+    files = ResultFiles(Path(args.results), frozenset(map(Path, args.input_files)))
+    return ReportInputs(args.config, args.id, files)
+
+
+def _figure(figure_id: str) -> tuple[Callable, Callable]:
+    """The (data, plot) pair of a figure id."""
+    from workflow_scripts.report.figures import FIGURES
+
+    if figure_id not in FIGURES:
+        raise UserInputError(f"--id {figure_id!r}: no such figure (known: {', '.join(sorted(FIGURES))})")
+    return FIGURES[figure_id]
+
+
+def run_figure_data(args: argparse.Namespace) -> None:
+    """Compute one figure's numbers from its declared result files and write them as CSV."""
+    compute, _ = _figure(args.id)
     try:
-        data = compute(ReportInputs(args.config, args.id, Path(args.results)))
+        data = compute(_report_inputs(args))
     except (KeyError, ValueError, OSError) as error:
         raise UserInputError(f"{args.id}: {error}") from error
     write_text(args.data, data.to_csv(index=False, float_format="%.6g"))
-    figure = plot(data)
+
+
+def run_figure_plot(args: argparse.Namespace) -> None:
+    """Draw one figure from its data CSV alone, as PNG and PDF."""
+    import pandas as pd
+
+    _, plot = _figure(args.id)
+    try:
+        figure = plot(pd.read_csv(args.data))
+    except (KeyError, ValueError, OSError) as error:
+        raise UserInputError(f"{args.id}: {error}") from error
     for path, kind in ((args.png, "png"), (args.pdf, "pdf")):
         with atomic_path(path) as tmp:
             figure.savefig(tmp, format=kind, dpi=150, bbox_inches="tight", metadata=_fixed_metadata(kind))
@@ -67,38 +104,69 @@ def _fixed_metadata(kind: str) -> dict:
 
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``report`` stage and its commands."""
-    commands = add_stage(stages, "report", "paper tables and figures from the results tree")
+    commands = add_stage(stages, "report", "paper tables and figures from their declared result files")
 
     table = add_command(
         commands,
         "table",
         run_table,
         "compute one paper table and render it as csv, md and tex beside the paper's values",
-        inputs=("reference",),
+        inputs=("input_files", "reference", "reference_notes"),
         outputs=("csv", "md", "tex"),
     )
     table.add_argument("--id", required=True, help="table id of the registry, e.g. table5")
     table.add_argument(
         "--config", required=True, type=json_argument, help="the registry slice the table reads (JSON)"
     )
-    table.add_argument("--results", required=True, help="results root (fixed layout)")
+    _add_result_files(table)
     table.add_argument("--reference", help="the paper's published values (reference/<id>.csv), if any")
+    table.add_argument(
+        "--reference-notes",
+        help="notes on those values (reference/<id>.notes.md, one '- ' item per note), if any",
+    )
     table.add_argument("--csv", required=True, help="output: machine-readable table")
     table.add_argument("--md", required=True, help="output: readable table")
     table.add_argument("--tex", required=True, help="output: LaTeX table in the paper's layout")
 
-    figure = add_command(
+    data = add_command(
         commands,
-        "figure",
-        run_figure,
-        "compute one figure's data and plot it",
-        outputs=("data", "png", "pdf"),
+        "figure-data",
+        run_figure_data,
+        "compute the numbers behind one figure and write them as CSV",
+        inputs=("input_files",),
+        outputs=("data",),
     )
-    figure.add_argument("--id", required=True, help="figure id of the registry, e.g. figure3")
-    figure.add_argument(
+    data.add_argument("--id", required=True, help="figure id of the registry, e.g. figure3")
+    data.add_argument(
         "--config", required=True, type=json_argument, help="the registry slice the figure reads (JSON)"
     )
-    figure.add_argument("--results", required=True, help="results root (fixed layout)")
-    figure.add_argument("--data", required=True, help="output: the plotted data (CSV)")
-    figure.add_argument("--png", required=True, help="output: PNG")
-    figure.add_argument("--pdf", required=True, help="output: PDF")
+    _add_result_files(data)
+    data.add_argument("--data", required=True, help="output: the figure's data (CSV)")
+
+    plot = add_command(
+        commands,
+        "figure-plot",
+        run_figure_plot,
+        "draw one figure from its data CSV",
+        inputs=("data",),
+        outputs=("png", "pdf"),
+    )
+    plot.add_argument("--id", required=True, help="figure id of the registry, e.g. figure3")
+    plot.add_argument("--data", required=True, help="the figure's data CSV (written by figure-data)")
+    plot.add_argument("--png", required=True, help="output: PNG")
+    plot.add_argument("--pdf", required=True, help="output: PDF")
+
+
+def _add_result_files(parser: argparse.ArgumentParser) -> None:
+    """``--results`` (the root the layout resolves paths under) and ``--inputs`` (the only files read)."""
+    parser.add_argument(
+        "--results", required=True, help="results root the fixed layout names files under (never scanned)"
+    )
+    parser.add_argument(
+        "--inputs",
+        dest="input_files",  # ``args.inputs`` names the path arguments provenance checksums
+        nargs="*",
+        default=[],
+        help="every result file the command reads (report.inputs.declared_files; none for a table of "
+        "registry values only); any other is refused",
+    )

@@ -1,9 +1,9 @@
 """The paper's figures 1-3 and three appendix views, each as tidy data plus a plot of that data.
 
 Every figure is a pair in ``FIGURES``: a data function ``(ReportInputs) -> pd.DataFrame`` that
-reads the results tree and returns the numbers behind the figure (the report stage writes them
-to CSV), and a plot function ``(pd.DataFrame) -> matplotlib.figure.Figure`` that draws only what
-that frame holds, so a figure can be restyled or redrawn from its CSV without recomputing.
+reads the figure's declared result files and returns the numbers behind it (rule ``figure_data``
+writes them to CSV), and a plot function ``(pd.DataFrame) -> matplotlib.figure.Figure`` that
+draws only what that frame holds (rule ``figure``, from the CSV), so restyling never recomputes.
 
 * ``figure1``: the co-activation graph of §2 / Figure 1 on real probe routes: the top-k
   selections of the first probe tokens, the co-activation matrix of eq. (1), the base graph
@@ -25,6 +25,7 @@ palettes, and one colour per condition in every figure (``CONDITION_COLOURS``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,11 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from workflow_scripts import registry
-from workflow_scripts.layout import partition_path, prior_file, routes_path
-from workflow_scripts.probe import graphs, metrics
+from workflow_scripts.layout import layers_path, partition_path, prior_file, routes_path
 from workflow_scripts.probe.analysis import Detector
 from workflow_scripts.probe.routes import load_routes
 from workflow_scripts.report.frames import aggregate_frame, performance_frame
+from workflow_scripts.report.inputs import ResultFiles
 from workflow_scripts.report.routing_frames import (
     ResultFileError,
     field,
@@ -53,6 +54,7 @@ from workflow_scripts.report.routing_frames import (
     sweep_frame,
 )
 from workflow_scripts.report.table import ReportInputs, summarize_seeds
+from workflow_scripts.routing_metrics import graphs
 
 __all__ = [
     "CONDITION_COLOURS",
@@ -164,9 +166,11 @@ def _layer_topk(path: Path, layer: int | None = None) -> tuple[np.ndarray, int, 
     return routes.topk[layer], routes.num_experts, layer, int(routes.moe_layers[layer])
 
 
-def _base_partition(results: Path, model: str, corpus: str, layer: int, experts: int) -> dict[str, Any]:
+def _base_partition(
+    results: ResultFiles, model: str, corpus: str, layer: int, experts: int
+) -> dict[str, Any]:
     """The base partition's labels at ``layer`` and the detector they were found with."""
-    path = partition_path(results, model, corpus)
+    path = results.path(partition_path, model, corpus)
     partition = read_json(path)
     labels = np.asarray(field(partition, ("labels",), path))
     if labels.ndim != 2 or labels.shape[1] != experts or not 0 <= layer < labels.shape[0]:
@@ -265,12 +269,29 @@ def _base_rows(topk: np.ndarray, labels: np.ndarray, detector: Detector) -> pd.D
     return pd.concat(parts, ignore_index=True)
 
 
-def _run_rows(topk: np.ndarray, base_labels: np.ndarray, detector: Detector) -> pd.DataFrame:
-    """Figure 1's rows of a trained run: its own thresholded graph and communities, and their NMI."""
-    kept = graphs.threshold_top_fraction(graphs.coactivation(topk, base_labels.size), detector.rho)
-    labels = detector.detect(kept)
+def _retained_layer(results: ResultFiles, probe: registry.Probe, layer: int, experts: int) -> pd.Series:
+    """A trained run's row of its retention ``layers.parquet`` at ``layer``: its ``labels`` and ``nmi``.
+
+    The retention stage found these communities and their NMI; the figure reads them rather
+    than running the detector again, so figure and tables show one computation.
+    """
+    path = results.path(layers_path, probe)
+    try:
+        layers = pd.read_parquet(path, columns=["layer", "labels", "nmi"])
+    except (OSError, ValueError, KeyError) as error:
+        raise ResultFileError(f"{path}: not a retention layers file with labels and nmi ({error})") from None
+    row = layers[layers["layer"] == layer]
+    if len(row) != 1 or len(row["labels"].iloc[0]) != experts:
+        raise ResultFileError(f"{path}: no single row of {experts} labels for layer {layer}")
+    return row.iloc[0]
+
+
+def _run_rows(topk: np.ndarray, retained: pd.Series, base_labels: np.ndarray, rho: float) -> pd.DataFrame:
+    """Figure 1's rows of a trained run: its thresholded graph, the communities retention found, their NMI."""
+    kept = graphs.threshold_top_fraction(graphs.coactivation(topk, base_labels.size), rho)
+    labels = np.asarray(retained["labels"], dtype=np.int64)
     graph = _graph_rows(kept, match_communities(labels, base_labels), community_layout(base_labels))
-    nmi = pd.DataFrame({"part": ["nmi"], "value": [metrics.community_nmi(labels, base_labels)]})
+    nmi = pd.DataFrame({"part": ["nmi"], "value": [float(retained["nmi"])]})
     return pd.concat([graph, nmi], ignore_index=True)
 
 
@@ -282,12 +303,13 @@ def figure1_data(inputs: ReportInputs) -> pd.DataFrame:
     ``w_ij``), ``node`` (expert i, its community, circle position x, y on the base layout) and
     ``edge`` (i < j kept at rho, value ``w_ij``) of the base and of every trained run, and
     ``nmi`` (value: the run's community NMI against the base partition at this layer, F.10).
-    The base communities are the base partition's; a run's are found with the same detector
-    and rho, renumbered by ``match_communities`` so matching communities share a colour.
+    The base communities are the base partition's; a run's, and its NMI, are the retention
+    stage's (``layers.parquet``), renumbered by ``match_communities`` so matching communities
+    share a colour.
     """
     frames = []
     for base in _base_probes(inputs):
-        topk, experts, layer, moe_layer = _layer_topk(routes_path(inputs.results, base))
+        topk, experts, layer, moe_layer = _layer_topk(inputs.results.path(routes_path, base))
         partition = _base_partition(inputs.results, base.model, base.corpus, layer, experts)
         detector, labels = partition["detector"], partition["labels"]
         common = {"model": base.model, "corpus": base.corpus, "layer": layer, "moe_layer": moe_layer}
@@ -299,7 +321,9 @@ def figure1_data(inputs: ReportInputs) -> pd.DataFrame:
         for run in _trained_probes(inputs):
             if (run.model, run.corpus) != (base.model, base.corpus):
                 continue
-            rows = _run_rows(_layer_topk(routes_path(inputs.results, run), layer)[0], labels, detector)
+            run_topk = _layer_topk(inputs.results.path(routes_path, run), layer)[0]
+            retained = _retained_layer(inputs.results, run, layer, experts)
+            rows = _run_rows(run_topk, retained, labels, detector.rho)
             label = _label(inputs.config, run.condition)
             frames.append(rows.assign(**common, condition=run.condition, seed=run.seed, label=label))
     data = pd.concat(frames, ignore_index=True)
@@ -437,20 +461,20 @@ def _bias_at_bounds(prior: np.ndarray, lower: float, upper: float) -> tuple[np.n
     return np.log(lower) - offset, np.log(upper) - offset
 
 
-def _prior_rows(prior_id: registry.Prior, results: Path) -> pd.DataFrame:
+def _prior_rows(prior_id: registry.Prior, results: ResultFiles) -> pd.DataFrame:
     """Figure 2's rows of one prior: its sample's Q and A rows at the figure layer, with the bias."""
     import torch
 
     from workflow_scripts.priors.compute import load_prior
     from workflow_scripts.routing.core import prior_to_bias
 
-    meta_path = prior_file(results, prior_id.model, prior_id.corpus, "meta.json")
+    meta_path = results.path(prior_file, prior_id.model, prior_id.corpus, "meta.json")
     meta = read_json(meta_path)
     row_ids, counts, moe_layers, clip_eps, clip_c = (
         field(meta, (key,), meta_path)
         for key in ("row_ids", "token_counts", "moe_layers", "clip_eps", "clip_c")
     )
-    prior = load_prior(prior_file(results, prior_id.model, prior_id.corpus, "prior.npy"))  # (N, 2, L, E)
+    prior = load_prior(results.path(prior_file, prior_id.model, prior_id.corpus, "prior.npy"))  # (N, 2, L, E)
     if prior.shape[0] != len(row_ids) or prior.shape[2] != len(moe_layers):
         raise ResultFileError(
             f"{meta_path}: {len(row_ids)} row ids and {len(moe_layers)} MoE layers "
@@ -713,15 +737,26 @@ def condition_beta(config: Mapping[str, Any], condition: str) -> float:
     raise ValueError(f"conditions.{condition}: intervention {entry['intervention']!r} has no beta")
 
 
+def condition_variant(config: Mapping[str, Any], condition: str) -> str:
+    """The training settings a condition overrides (``key=value``, sorted), ``""`` for the sweep itself."""
+    settings = config["conditions"][condition].get("settings") or {}
+    return " ".join(f"{key}={json.dumps(value)}" for key, value in sorted(settings.items()))
+
+
 def beta_sweep_data(inputs: ReportInputs) -> pd.DataFrame:
-    """One row per (corpus, condition): beta (NaN and ``hard`` true for RPB-hard), NMI and Overall@9."""
+    """One row per (corpus, condition): beta (NaN and ``hard`` true for RPB-hard), NMI and Overall@9.
+
+    ``variant`` names the settings a sensitivity condition overrides (SFT with the expert-bias
+    update frozen, RPB with the bias in selection only); the sweep's own points have none.
+    """
     frame = _performance_and_nmi(inputs)
     frame["beta"] = [condition_beta(inputs.config, c) for c in frame["condition"]]
     frame["hard"] = frame["beta"].isna()
+    frame["variant"] = [condition_variant(inputs.config, c) for c in frame["condition"]]
     return frame
 
 
-def _errorbar(ax: Any, x: float, row: pd.Series, column: str, marker: str) -> None:
+def _errorbar(ax: Any, x: float, row: pd.Series, column: str, marker: str, **style: Any) -> None:
     sd = row[f"{column}_sd"]
     ax.errorbar(
         x,
@@ -733,19 +768,29 @@ def _errorbar(ax: Any, x: float, row: pd.Series, column: str, marker: str) -> No
         color=_condition_colour(row["condition"]),
         markeredgecolor="black",
         zorder=3,
+        **style,
     )
 
 
 def beta_sweep_plot(data: pd.DataFrame) -> Figure:
-    """Community NMI (top) and Overall@9 (bottom) against beta per corpus, RPB-hard right of a divider."""
-    _require(data, ("model", "corpus", "condition", "label", "beta", "hard", "nmi", "overall9"), "beta_sweep")
+    """Community NMI (top) and Overall@9 (bottom) against beta per corpus, RPB-hard right of a divider.
+
+    Sensitivity variants (a ``variant`` set) are open squares at their beta, off the sweep's line.
+    """
+    _require(
+        data,
+        ("model", "corpus", "condition", "label", "beta", "hard", "variant", "nmi", "overall9"),
+        "beta_sweep",
+    )
     blocks = _groups(data, ("model", "corpus"))
     fig = Figure(figsize=(4.2 * len(blocks), 6.2), layout="constrained")
     axes = fig.subplots(2, len(blocks), squeeze=False, sharex=True)
     metrics_shown = (("nmi", "community NMI (layer mean)"), ("overall9", "Overall@9 (%)"))
     for col, ((model, corpus), block) in enumerate(blocks):
         hard = block["hard"].astype(str).str.lower() == "true"
-        soft, hard_rows = block[~hard].sort_values("beta"), block[hard]
+        variant = block["variant"].fillna("") != ""
+        soft, hard_rows = block[~hard & ~variant].sort_values("beta"), block[hard]
+        variants = block[~hard & variant]
         soft_max = float(soft["beta"].max()) if not soft.empty else 1.0
         hard_x = soft_max + 0.3
         for row, (column, ylabel) in enumerate(metrics_shown):
@@ -753,11 +798,17 @@ def beta_sweep_plot(data: pd.DataFrame) -> Figure:
             ax.plot(soft["beta"], soft[column], color=_condition_colour("rpb"), linewidth=1.5, zorder=2)
             for _, point in soft.iterrows():
                 _errorbar(ax, float(point["beta"]), point, column, "o")
+            for _, point in variants.iterrows():
+                _errorbar(
+                    ax, float(point["beta"]), point, column, "s", markerfacecolor="none", label=point["label"]
+                )
             for _, point in hard_rows.iterrows():
                 _errorbar(ax, hard_x, point, column, "D")
             ax.axvline(soft_max + 0.15, color="black", linestyle=":", linewidth=0.8)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
+        if not variants.empty:
+            axes[0, col].legend(fontsize=7, loc="best")
         axes[0, col].set_title(f"{model} / {corpus}")
         ticks = [float(b) for b in soft["beta"]] + [hard_x] * len(hard_rows)
         labels = [
@@ -846,12 +897,12 @@ def coactivation_heatmaps_data(inputs: ReportInputs) -> pd.DataFrame:
         runs = [base] + [
             p for p in _trained_probes(inputs) if (p.model, p.corpus) == (base.model, base.corpus)
         ]
-        _, experts, layer, moe_layer = _layer_topk(routes_path(inputs.results, base))
+        _, experts, layer, moe_layer = _layer_topk(inputs.results.path(routes_path, base))
         labels = _base_partition(inputs.results, base.model, base.corpus, layer, experts)["labels"]
         order = community_order(labels)
         rows, cols = np.indices((experts, experts))
         for probe in runs:
-            topk, _, _, _ = _layer_topk(routes_path(inputs.results, probe), layer)
+            topk, _, _, _ = _layer_topk(inputs.results.path(routes_path, probe), layer)
             w = graphs.coactivation(topk, experts)[np.ix_(order, order)]  # (E, E), community order
             frames.append(
                 pd.DataFrame(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,6 +18,7 @@ import pandas as pd
 from workflow_scripts.evaluate.aggregate import SUITE_COLUMNS, aggregate
 from workflow_scripts.layout import summary_path
 from workflow_scripts.registry import Evaluation
+from workflow_scripts.report.inputs import ResultFiles
 
 RUN_KEYS = ("model", "corpus", "condition", "seed")
 
@@ -29,9 +29,9 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def read_summary(results: Path, evaluation: Evaluation) -> dict[str, Any]:
+def read_summary(results: ResultFiles, evaluation: Evaluation) -> dict[str, Any]:
     """One summary.json, checked against the evaluation it should describe; errors name path and key."""
-    path = summary_path(results, evaluation)
+    path = results.path(summary_path, evaluation)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no evaluation summary for {evaluation}")
     try:
@@ -81,7 +81,7 @@ def _run(evaluation: Evaluation) -> dict[str, Any]:
     return {key: getattr(evaluation, key) for key in RUN_KEYS}
 
 
-def performance_frame(results: Path, evaluations: Iterable[Evaluation]) -> pd.DataFrame:
+def performance_frame(results: ResultFiles, evaluations: Iterable[Evaluation]) -> pd.DataFrame:
     """avg@5 per (run, benchmark): columns model, corpus, condition, seed, benchmark, score, repeat_sd."""
     rows = []
     for evaluation in sorted(evaluations, key=lambda e: tuple(str(v) for v in _run(e).values())):
@@ -100,7 +100,7 @@ def performance_frame(results: Path, evaluations: Iterable[Evaluation]) -> pd.Da
     return _typed(pd.DataFrame(rows, columns=columns))
 
 
-def repeat_frame(results: Path, evaluations: Iterable[Evaluation]) -> pd.DataFrame:
+def repeat_frame(results: ResultFiles, evaluations: Iterable[Evaluation]) -> pd.DataFrame:
     """Every repeat score: columns model, corpus, condition, seed, repeat, benchmark, score.
 
     For spreads over the evaluation repeats (F.5: the base row, single-seed tables).

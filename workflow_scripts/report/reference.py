@@ -17,6 +17,7 @@ import pandas as pd
 from workflow_scripts.report.table import Table
 
 VALUE_COLUMNS = ("column", "value", "sd")
+NOTE_MARK = "- "
 COMPARE_COLUMNS = ("value", "sd", "n", "paper", "paper_sd", "delta", "status")
 
 
@@ -147,3 +148,24 @@ def compare(table: Table, reference: pd.DataFrame) -> pd.DataFrame:
     merged["delta"] = merged["value"] - merged["paper"]
     merged["status"] = [_status(v, p) for v, p in zip(merged["value"], merged["paper"], strict=True)]
     return merged[[*on, *COMPARE_COLUMNS]].reset_index(drop=True)
+
+
+def load_reference_notes(path: Path) -> tuple[str, ...]:
+    """The notes on a reference table (``reference/{table_id}.notes.md``): one ``- `` item per note.
+
+    They say where the paper's own numbers cannot all be matched (e.g. two tables printing
+    different values for one run), so the rendered table tells a reader comparing against it.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot be read ({error})") from error
+    notes = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if not line.startswith(NOTE_MARK) or not line[len(NOTE_MARK) :].strip():
+            raise ValueError(f"{path} line {number}: a note is one line starting with {NOTE_MARK!r}")
+        notes.append(line[len(NOTE_MARK) :].strip())
+    return tuple(notes)

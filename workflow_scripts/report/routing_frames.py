@@ -28,6 +28,7 @@ import pandas as pd
 
 from workflow_scripts.layout import metrics_path, partition_path, prior_file
 from workflow_scripts.registry import BASE, Probe
+from workflow_scripts.report.inputs import ResultFiles
 
 PROBE_KEYS = ("model", "corpus", "condition", "seed")
 # Column id -> key of ``metrics.json["summary"]`` (F.10 layer means).
@@ -105,12 +106,12 @@ def _trained(probes: Iterable[Probe]) -> list[Probe]:
 
 
 def _summary_frame(
-    results: Path, probes: Iterable[Probe], section: str, keys: Mapping[str, str]
+    results: ResultFiles, probes: Iterable[Probe], section: str, keys: Mapping[str, str]
 ) -> pd.DataFrame:
     """One row per trained probe: its keys and ``metrics.json[section][key]`` under each column id."""
     rows = []
     for probe in _trained(probes):
-        path = metrics_path(results, probe)
+        path = results.path(metrics_path, probe)
         data = read_json(path)
         row: dict[str, Any] = {name: getattr(probe, name) for name in PROBE_KEYS}
         row.update({column: number(data, (section, key), path) for column, key in keys.items()})
@@ -118,7 +119,7 @@ def _summary_frame(
     return pd.DataFrame(rows, columns=[*PROBE_KEYS, *keys])
 
 
-def retention_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
+def retention_frame(results: ResultFiles, probes: Iterable[Probe]) -> pd.DataFrame:
     """Headline retention metrics of the probed trained checkpoints, one row per checkpoint (§2, F.10).
 
     Columns: ``model``, ``corpus``, ``condition``, ``seed``, then the layer means under the report's ids:
@@ -129,7 +130,7 @@ def retention_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
     return _summary_frame(results, probes, "summary", RETENTION_KEYS)
 
 
-def null_model_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
+def null_model_frame(results: ResultFiles, probes: Iterable[Probe]) -> pd.DataFrame:
     """Marginal-preserving null-model margins of every probed trained checkpoint (Appendix B.1, Table 9).
 
     ``q_margin`` and ``nmi_margin`` are the observed minus mean-null layer means,
@@ -138,11 +139,11 @@ def null_model_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
     return _summary_frame(results, probes, "null_model", NULL_MODEL_KEYS)
 
 
-def sweep_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
+def sweep_frame(results: ResultFiles, probes: Iterable[Probe]) -> pd.DataFrame:
     """Community NMI per (detector, rho, detector seed) of every probed trained checkpoint (Appendix B.2)."""
     rows = []
     for probe in _trained(probes):
-        path = metrics_path(results, probe)
+        path = results.path(metrics_path, probe)
         sweep = field(read_json(path), ("sweep",), path)
         if not isinstance(sweep, list) or not sweep:
             raise ResultFileError(f"{path}: key 'sweep' must be a non-empty list")
@@ -174,7 +175,7 @@ def _p_topk(value: Any, path: Path, key: str) -> np.ndarray:
     return array
 
 
-def span_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
+def span_frame(results: ResultFiles, probes: Iterable[Probe]) -> pd.DataFrame:
     """Base Q/A span profiles of every base probe, one row per (model, corpus, span) (Appendix C, Table 11).
 
     Columns: ``model``, ``corpus``, ``span`` (Q or A), ``tokens``, ``effective_expert_fraction``
@@ -184,7 +185,7 @@ def span_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
     pairs = sorted({(p.model, p.corpus) for p in probes if p.condition == BASE})
     rows = []
     for model, corpus in pairs:
-        path = partition_path(results, model, corpus)
+        path = results.path(partition_path, model, corpus)
         data = read_json(path)
         for span in SPAN_NAMES:
             keys = ("spans", span)
@@ -202,7 +203,7 @@ def span_frame(results: Path, probes: Iterable[Probe]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def prior_frame(results: Path, pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
+def prior_frame(results: ResultFiles, pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
     """Prior-side strength of both shuffles of every (model, corpus) prior (Appendix E.1, B.2, F.7).
 
     One row per (model, corpus, prior) with ``prior`` the shuffled prior kind
@@ -213,8 +214,8 @@ def prior_frame(results: Path, pairs: Iterable[tuple[str, str]]) -> pd.DataFrame
     """
     rows = []
     for model, corpus in sorted(set(pairs)):
-        validation_path = prior_file(results, model, corpus, "prior_validation.json")
-        stats_path = prior_file(results, model, corpus, "stats.json")
+        validation_path = results.path(prior_file, model, corpus, "prior_validation.json")
+        stats_path = results.path(prior_file, model, corpus, "stats.json")
         validation, stats = read_json(validation_path), read_json(stats_path)
         bias_sd = number(stats, ("bias_sd",), stats_path)
         for kind, scope in SHUFFLE_SCOPES.items():

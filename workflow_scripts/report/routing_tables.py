@@ -16,7 +16,6 @@ from itertools import combinations, product
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.probe.metrics import centroid_cosine, cross_domain_l1, sharpness
 from workflow_scripts.registry import BASE, closure
 from workflow_scripts.report.frames import aggregate_frame, performance_frame
 from workflow_scripts.report.routing_frames import (
@@ -29,6 +28,7 @@ from workflow_scripts.report.routing_frames import (
     sweep_frame,
 )
 from workflow_scripts.report.table import ReportInputs, Table, summarize_seeds
+from workflow_scripts.routing_metrics.metrics import centroid_cosine, cross_domain_l1, sharpness
 
 ROW_KEYS = ("model", "corpus", "condition")
 TABLE_KEYS = ("corpus", "condition")  # the tables below are each on one model, which the rows omit
@@ -324,8 +324,9 @@ def span_statistics(profiles: Mapping[str, np.ndarray], fractions: Sequence[floa
 
     ``profiles`` maps each domain, in table order, to its (L, E) mean top-k activation frequency
     P_topk; ``cos_{a}_{b}`` is the cosine of the layer-averaged centroids of each domain pair
-    (lower = stronger separation). ``fractions`` are the domains' effective expert fractions
-    exp(H)/E, whose range over domains the table prints as ``eff_frac_min`` - ``eff_frac_max``.
+    (lower = stronger separation). ``fractions`` are the domains' layer-mean effective expert
+    fractions (`routing_metrics.metrics.layer_mean_effective_fraction`), whose range over domains the
+    table prints as ``eff_frac_min`` - ``eff_frac_max``.
     """
     values = {f"cos_{a}_{b}": centroid_cosine(profiles[a], profiles[b]) for a, b in combinations(profiles, 2)}
     return {**values, "eff_frac_min": float(min(fractions)), "eff_frac_max": float(max(fractions))}
@@ -356,7 +357,11 @@ def table11(inputs: ReportInputs) -> Table:
         columns=columns,
         rows=without_seeds(frame, columns),
         labels=labels,
-        notes=("Measured on the frozen base checkpoints: no training seeds are involved.",),
+        notes=(
+            "Measured on the frozen base checkpoints: no training seeds are involved.",
+            "eff. expert frac.: exp(H_l)/E of each MoE layer's mean top-k activation frequency, "
+            f"averaged over layers; min and max over the {', '.join(domains.values())} domains.",
+        ),
         digits={c: 3 for c in columns},
     )
 

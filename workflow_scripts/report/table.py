@@ -10,15 +10,21 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts import registry
+from workflow_scripts.report.inputs import ResultFiles, declared_files
 
 
 @dataclass(frozen=True)
 class ReportInputs:
-    """What a table or figure function reads: the validated registry and the results root (fixed layout)."""
+    """What a table or figure function reads: the validated registry and its declared result files."""
 
     config: Mapping[str, Any]
     output_id: str
-    results: Path
+    results: ResultFiles
+
+    @classmethod
+    def at(cls, config: Mapping[str, Any], output_id: str, root: Path) -> ReportInputs:
+        """The inputs the output's rule declares (``inputs.declared_files``), under the results ``root``."""
+        return cls(config, output_id, ResultFiles(root, frozenset(declared_files(config, output_id, root))))
 
     @property
     def entry(self) -> Mapping[str, Any]:

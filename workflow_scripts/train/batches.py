@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from workflow_scripts.models.tokenizer import answer_span_mask
+from workflow_scripts.modeling.tokenizer import answer_span_mask
 from workflow_scripts.registry import total_steps
 
 IGNORE_INDEX = -100

@@ -3,10 +3,12 @@
 A checkpoint holds the model and optimizer state dicts, the number of completed optimizer
 steps (the learning-rate schedule is a pure function of it, so it is the scheduler's whole
 state), the torch / numpy / python RNG states, the log records so far and a key naming the
-run's settings. It lives in ``<out>.resume/``, beside the run's declared output, because
-Snakemake deletes the declared outputs of a failed job; it is removed after success.
-Each file is written to a temporary sibling and moved into place, so a kill never leaves
-a truncated checkpoint; only the newest is kept.
+run's settings and the checksums of its inputs (``run_key``), so that a rerun on changed
+inputs starts fresh instead of continuing from weights trained on the old ones. It lives
+in ``<out>.resume/``, beside the run's declared output, because Snakemake deletes the
+declared outputs of a failed job; it is removed after success. Each file is written to a
+temporary sibling and moved into place, so a kill never leaves a truncated checkpoint; only
+the newest is kept.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from workflow_scripts.atomic import atomic_path
+from workflow_scripts.train.run_key import differing_fields
 
 _PATTERN = "step_*.pt"
 
@@ -56,8 +59,8 @@ def save(
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
     }
     target = resume_dir / f"step_{step:08d}.pt"
-    with atomic_path(target) as tmp:
-        torch.save(state, tmp)
+    with atomic_path(target) as tmp, tmp.open("wb") as handle:  # a file object keeps ENOSPC's errno
+        torch.save(state, handle)
     for old in checkpoint_files(resume_dir):
         if old != target:
             old.unlink(missing_ok=True)
@@ -69,14 +72,20 @@ def restore(
 ) -> tuple[int, list[dict[str, Any]]]:
     """Load the newest checkpoint into ``model``/``optimizer``/RNGs; ``(0, [])`` when there is none.
 
-    A checkpoint of other settings (``run_key`` differs) is discarded with a note on stderr.
+    A checkpoint of other settings or inputs (``run_key`` differs) is discarded, saying which
+    fields differ, and the run starts fresh.
     """
     files = checkpoint_files(resume_dir)
     if not files:
         return 0, []
     state = torch.load(files[-1], map_location="cpu", weights_only=False)  # our own file, with RNG tuples
     if state["run_key"] != run_key:
-        print(f"discarding resume checkpoints of other settings in {resume_dir}", file=sys.stderr)
+        differing = ", ".join(differing_fields(state["run_key"], run_key))
+        print(
+            f"starting fresh: the resume checkpoint {files[-1]} was written for a different {differing}; "
+            f"discarding {resume_dir}",
+            file=sys.stderr,
+        )
         remove(resume_dir)
         return 0, []
     model.load_state_dict(state["model"])

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.cli import UserInputError, add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.errors import UserInputError
 
 
 def train_config(training: Mapping[str, Any]) -> Any:
@@ -129,7 +130,7 @@ def run_train(args: argparse.Namespace) -> None:
     """Load the base, train under the condition, save the hook-free checkpoint and the log."""
     import pandas as pd
 
-    from workflow_scripts.models.toy import load_local, save_toy_base
+    from workflow_scripts.modeling.toy import load_local, save_toy_base
     from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
     from workflow_scripts.routing.hf import find_gates
     from workflow_scripts.train import checkpoint
@@ -151,10 +152,7 @@ def run_train(args: argparse.Namespace) -> None:
     max_length = int(args.training["sequence_length"])
     examples = encode_rows(tokenizer, split["prompt"].tolist(), split["answer"].tolist(), max_length)
     prior = load_prior(args.prior) if args.prior else None
-    run_key = json.dumps(
-        {k: getattr(args, k) for k in ("base", "split", "condition", "training", "seed", "prior")},
-        sort_keys=True,
-    )
+    run_key = resume_key(args, ("base", "split", "prior", "prior_meta"))
     resume_dir = checkpoint.resume_dir_for(args.out)
     try:
         records = train(
@@ -166,6 +164,14 @@ def run_train(args: argparse.Namespace) -> None:
     save_toy_base(model, tokenizer, args.out)
     write_log(args.log, records)
     checkpoint.remove(resume_dir)
+
+
+def resume_key(args: argparse.Namespace, inputs: tuple[str, ...]) -> str:
+    """The run key of both backends: the condition's settings and seed, and the named inputs' contents."""
+    from workflow_scripts.train.run_key import run_key
+
+    settings = ("condition", "training", "seed", "bias_in_gate_weights")
+    return run_key({k: getattr(args, k) for k in settings}, {k: getattr(args, k) for k in inputs})
 
 
 def _condition_arguments(command: argparse.ArgumentParser) -> None:
@@ -200,6 +206,24 @@ def _entry(name: str) -> Any:
         getattr(entry, name)(args)
 
     return run
+
+
+MEGATRON_INPUTS = ("hf_base", "megatron_base", "dataset", "split", "prior", "prior_meta")
+
+
+def _megatron_inputs(command: argparse.ArgumentParser) -> None:
+    """What a Megatron run reads, and its work folder: the training and its claim take the same."""
+    command.add_argument("--hf-base", required=True, help="HF base checkpoint (tokenizer, provider)")
+    command.add_argument("--megatron-base", required=True, help="the base imported to Megatron format")
+    command.add_argument("--dataset", required=True, help="folder with the chat dataset's training.jsonl")
+    _condition_arguments(command)
+    command.add_argument("--work", required=True, help="resumable run folder (checkpoints, resume log)")
+
+
+def _claim(args: argparse.Namespace) -> None:
+    from workflow_scripts.train.megatron.resume import claim
+
+    claim(Path(args.work), resume_key(args, MEGATRON_INPUTS))
 
 
 def _launch(args: argparse.Namespace) -> None:
@@ -247,14 +271,18 @@ def register(stages: argparse._SubParsersAction) -> None:
         inputs=("hf_base", "megatron_base", "dataset", "split", "prior", "prior_meta", "shuffle_record"),
         outputs=("out", "record"),
     )
-    megatron.add_argument("--hf-base", required=True, help="HF base checkpoint (tokenizer, provider)")
-    megatron.add_argument("--megatron-base", required=True, help="the base imported to Megatron format")
-    megatron.add_argument("--dataset", required=True, help="folder with the chat dataset's training.jsonl")
-    _condition_arguments(megatron)
+    _megatron_inputs(megatron)
     megatron.add_argument("--moe-layers", required=True, type=int, help="MoE layers L of the model")
-    megatron.add_argument("--work", required=True, help="resumable run folder (checkpoints, resume log)")
     megatron.add_argument("--out", required=True, help="final Megatron checkpoint folder")
     megatron.add_argument("--record", required=True, help="run record JSON (steps, resumed_from)")
+
+    claim = add_command(
+        commands,
+        "megatron-claim",
+        _claim,
+        "bind a Megatron run's work folder to its settings and inputs, discarding one of another run",
+    )
+    _megatron_inputs(claim)
 
     launch = add_command(
         commands,

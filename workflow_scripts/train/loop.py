@@ -181,6 +181,7 @@ def train(
                 optimizer,
                 pad_token_id,
             )
+            _check_finite(step + 1, record)
             record = {"step": step + 1, "lr": lr, **record, "seconds": time.perf_counter() - began}
             records.append(record)
             _progress(record, total, config.progress_every)
@@ -255,6 +256,20 @@ def _step(
         "label_tokens": label_tokens,
         "expert_load": loads.to(torch.int64).tolist(),
     }
+
+
+class NonFiniteLossError(ValueError):
+    """The loss of a step is NaN or infinite: every later step would train a broken model."""
+
+
+def _check_finite(step: int, record: dict[str, Any]) -> None:
+    """Stop at a non-finite loss, naming the step; raised before that step's checkpoint is saved."""
+    if not math.isfinite(record["loss"]):
+        terms = ", ".join(f"{k} {v}" for k, v in record.items() if isinstance(v, float) and k != "loss")
+        raise NonFiniteLossError(
+            f"training step {step}: loss is {record['loss']} ({terms}); stopping without saving this "
+            "step (check training.schedule.lr_max and the data)"
+        )
 
 
 def _progress(record: dict[str, Any], total: int, every: int) -> None:

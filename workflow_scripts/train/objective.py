@@ -123,10 +123,19 @@ class Objective:
         ``clip_eps``/``clip_c``/``bias_in_gate_weights`` are the ``prior`` settings of the config;
         ``expert_bias_update_rate`` is ``training.expert_bias_update_rate``, kept for every
         condition except those for which ``disables_router_balancing`` holds (set to 0 there).
+        A condition's own ``settings`` override the last two (sensitivity variants: SFT with the
+        update frozen, RPB with the bias in selection only).
         """
         intervention = condition.get("intervention")
         if intervention not in INTERVENTION_PARAMS:
             raise ValueError(f"unknown intervention {intervention!r}; known: {sorted(INTERVENTION_PARAMS)}")
+        settings = condition.get("settings") or {}
+        if settings.get("expert_bias_update_rate") and disables_router_balancing(intervention):
+            raise ValueError(f"{intervention}: RPB runs freeze the router bias-update rule (Appendix F.6)")
+        if "bias_in_gate_weights" in settings and ROUTING_MODES.get(intervention) != "soft":
+            raise ValueError(f"settings.bias_in_gate_weights applies to soft RPB only, not {intervention!r}")
+        bias_in_gate_weights = settings.get("bias_in_gate_weights", bias_in_gate_weights)
+        expert_bias_update_rate = settings.get("expert_bias_update_rate", expert_bias_update_rate)
         params = dict(condition.get("params") or {})
         needed = INTERVENTION_PARAMS[intervention]
         if set(params) != set(needed):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.train.megatron import resume, settings
 
 
@@ -124,7 +124,7 @@ def run_megatron(args: argparse.Namespace) -> None:
     from megatron.bridge.training.finetune import finetune
     from transformers import AutoTokenizer
 
-    from workflow_scripts.models.tokenizer import answer_span_mask
+    from workflow_scripts.modeling.tokenizer import answer_span_mask
     from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
     from workflow_scripts.routing.megatron import RouterAnchor, install
     from workflow_scripts.train.cli import objective_for, shuffle_record

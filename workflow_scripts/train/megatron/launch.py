@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from workflow_scripts.cli import UserInputError
+from workflow_scripts.errors import UserInputError
 
 
 def head_node(job_id: str) -> str:

@@ -7,18 +7,23 @@ mid-save leaves a folder without ``train_state.pt`` or ``.metadata``: it is neve
 from. ``latest_complete`` picks the newest complete iteration, which the entry point passes
 to Bridge as ``checkpoint.ckpt_step``, so the choice does not rest on the tracker file alone.
 Every start appends the iteration it resumed from to ``resume_log.json`` in the run's work
-folder; the finished run's record carries that list.
+folder; the finished run's record carries that list. The work folder is bound to its run's
+key (``claim``): checkpoints written for other inputs or settings are never resumed.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import sys
 from pathlib import Path
 
-from workflow_scripts.atomic import write_json
+from workflow_scripts.atomic import write_json, write_text
+from workflow_scripts.train.run_key import differing_fields
 
 TRACKER = "latest_checkpointed_iteration.txt"
+KEY_FILE = "run_key.json"
 COMPLETE_MARKERS = ("train_state.pt", ".metadata")
 _ITERATION = re.compile(r"^iter_(\d{7})$")
 
@@ -41,6 +46,29 @@ def latest_complete(save: Path) -> int | None:
     )
     complete = [i for i in iterations if is_complete(iteration_dir(save, i))]
     return complete[-1] if complete else None
+
+
+def claim(work: Path, key: str) -> bool:
+    """Bind ``work`` to the run ``key`` (``run_key.py``); a folder of another key is discarded first.
+
+    Run once per job before the ranks start (``train megatron-claim``), so that no rank
+    resumes weights trained on other inputs or settings. Returns whether it started fresh.
+    """
+    work, path = Path(work), Path(work) / KEY_FILE
+    stale = path.is_file() and path.read_text() != key
+    if stale:
+        differing = ", ".join(differing_fields(path.read_text(), key))
+        print(
+            f"starting fresh: {work} was written for a different {differing}; discarding it", file=sys.stderr
+        )
+        shutil.rmtree(work)
+    elif work.is_dir() and not path.is_file() and any(work.iterdir()):
+        print(f"starting fresh: {work} has no run key; discarding it", file=sys.stderr)
+        shutil.rmtree(work)
+        stale = True
+    work.mkdir(parents=True, exist_ok=True)
+    write_text(path, key)
+    return stale
 
 
 def record_start(work: Path, iteration: int | None) -> list[int]:

@@ -2,7 +2,7 @@
 
 Bridge's chat dataset tokenises each row itself and hands the step ``tokens`` ``(B, S)``
 (the sequence without its last token) and per-row ``metadata``. The span of every token
-is derived the same way the local backend derives it: ``models.tokenizer.answer_span_mask``
+is derived the same way the local backend derives it: ``modeling.tokenizer.answer_span_mask``
 on the row's prompt and answer (``SpanTable``). The token ids of both encodings must agree
 on every position they share; a mismatch (another chat template, another tokenizer) stops
 the run with the row named, because a misaligned span would bias the wrong tokens.

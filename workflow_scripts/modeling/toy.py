@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workflow_scripts.errors import UserInputError
+
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -328,14 +330,33 @@ def load_local(
 
     Returns ``(model, tokenizer)``, both read with ``from_pretrained(path,
     local_files_only=True)``; ``model_kwargs`` go to the model's ``from_pretrained``
-    (default ``dtype="auto"``: the saved float32).
+    (default ``dtype="auto"``: the saved float32). A damaged ``.safetensors`` file is an
+    error naming it (``check_weight_files``).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_weight_files(path)
     model_kwargs.setdefault("dtype", "auto")
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **model_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model, tokenizer
+
+
+def check_weight_files(path: str | os.PathLike[str]) -> None:
+    """Open each ``.safetensors`` header of a checkpoint, so a damaged one is an error naming it.
+
+    ``from_pretrained`` reports a truncated shard or a corrupt header without the file's
+    name; ``safe_open`` checks the header and that the tensors fill the file, without
+    reading them. Changed tensor bytes are what the provenance checksums catch.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    for file in sorted(Path(path).glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="np"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise UserInputError(f"{file}: unreadable checkpoint weights ({error})") from error
 
 
 def _write_legacy_keys(config_json: Path, config: PretrainedConfig) -> None:

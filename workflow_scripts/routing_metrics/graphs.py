@@ -134,9 +134,14 @@ def threshold_top_fraction(w: np.ndarray, rho: float) -> np.ndarray:
     when the graph has fewer positive edges than the budget. Kept edges retain their raw weights
     (F.9: no row normalisation).
 
-    Tie-breaking is deterministic: pairs (i < j) are enumerated in row-major order and stably
-    sorted by weight descending, so among equal weights the lexicographically smallest (i, j)
-    is kept first.
+    Rule at the cut (config ``probe.edge_fraction``): candidate pairs (i < j) are ordered by
+    weight descending, then by (i, j) ascending, and exactly the first ``budget`` are kept. The
+    order is a function of w alone, so neither token order nor the order pairs are enumerated in
+    can move it. Ties at the cut are broken by expert id rather than all kept because eq. (1)
+    weights are counts / N, so ties are common at small N (at toy scale, keeping every tied edge
+    would turn a 12-edge budget into up to 18 edges): an exact budget keeps the graph density
+    equal to rho at every point of the B.2 sweep and identical across base and trained runs,
+    which share their expert ids.
 
     Args:
         w: (E, E) symmetric, non-negative co-activation matrix (diagonal ignored), or a stack

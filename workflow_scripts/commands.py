@@ -1,0 +1,45 @@
+"""How a stage registers its commands with ``python -m workflow_scripts``.
+
+A command is a function of the parsed arguments; it names which arguments are input and
+output paths so that ``--provenance`` can checksum them. These helpers sit below the stages
+because every stage's ``cli.py`` uses them while the entry point (:mod:`workflow_scripts.cli`)
+imports the stages and provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def add_stage(stages: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
+    """Register a stage (``python -m workflow_scripts <name> ...``); returns where its commands go."""
+    stage = stages.add_parser(name, help=help)
+    return stage.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+
+def add_command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    run: Callable[[argparse.Namespace], None],
+    help: str,
+    inputs: Sequence[str] = (),
+    outputs: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """Register a command; ``inputs``/``outputs`` name the path arguments provenance checksums."""
+    parser = commands.add_parser(name, help=help, description=help)
+    parser.add_argument(
+        "--provenance", metavar="JSON", help="write a provenance record of this run to this path"
+    )
+    parser.set_defaults(run=run, inputs=tuple(inputs), outputs=tuple(outputs))
+    return parser
+
+
+def json_argument(text: str) -> Any:
+    """argparse type for a JSON value passed inline (a config slice from ``params:``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from error

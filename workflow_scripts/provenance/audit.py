@@ -1,0 +1,262 @@
+"""Audit a table's or figure's recorded chain against the files, code, software and config as they are now.
+
+A manifest (``results/provenance/{id}.json``) lists the files its output was made from.
+Each of them was written by a job whose record (``*provenance*.json``) lists its own
+inputs, back to the raw data and the hub downloads, whose manifests carry the commit
+they resolved. The audit follows that chain from the records on disk, re-hashes every
+file it names, and compares each with every checksum recorded for it (by the job that
+wrote it and by each job that read it), each job's code version and package versions
+with the checkout and environments of today, and the manifest's config with the config
+files it was made from. Every difference is a finding, with the jobs it invalidates.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workflow_scripts.provenance import TRACKED_PACKAGES, code_version, path_digest
+from workflow_scripts.provenance.verify import RecordIndex
+
+MANIFEST = "manifest"  # the job id of the table's or figure's own manifest
+# Run by an environment's own interpreter: the versions of the packages named as arguments.
+VERSIONS_SCRIPT = """
+import json, sys
+from importlib import metadata
+versions = {}
+for name in sys.argv[1:]:
+    try:
+        versions[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        versions[name] = None
+print(json.dumps(versions))
+"""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference between what was recorded and what is there now."""
+
+    kind: str  # file | code | software | config
+    subject: str
+    detail: str
+    jobs: tuple[str, ...] = ()  # the jobs whose results it invalidates (record paths, or "manifest")
+
+
+@dataclass
+class Chain:
+    """The recorded jobs behind one output and every checksum recorded for each file they touch."""
+
+    records: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    expected: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # path -> [(job, sha256)]
+    readers: dict[str, set[str]] = field(default_factory=dict)  # path -> jobs reading it
+    outputs: dict[str, set[str]] = field(default_factory=dict)  # job -> paths it wrote
+    hub: dict[str, str] = field(default_factory=dict)  # downloaded path -> repo@commit
+
+    def expect(self, path: str, job: str, digest: Mapping[str, Any], read: bool) -> None:
+        if "sha256" in digest:
+            self.expected.setdefault(path, []).append((job, digest["sha256"]))
+        if read:
+            self.readers.setdefault(path, set()).add(job)
+        else:
+            self.outputs.setdefault(job, set()).add(path)
+
+    def downstream(self, path: str) -> set[str]:
+        """Every job that read ``path`` or, transitively, anything written from it."""
+        found: set[str] = set()
+        pending = [path]
+        while pending:
+            for job in self.readers.get(pending.pop(), ()):
+                if job not in found:
+                    found.add(job)
+                    pending.extend(self.outputs.get(job, ()))
+        return found
+
+
+def _hub_manifest(path: Path) -> tuple[Path, Mapping[str, Any]] | None:
+    """The download manifest that lists ``path`` (a raw parquet or a base checkpoint), if any."""
+    for candidate in (path.with_suffix(".manifest.json"), path.parent / "manifest.json"):
+        if candidate.is_file():
+            manifest = json.loads(candidate.read_text())
+            listed = manifest.get("parquet") or (manifest.get("checkpoint") or {}).get("path")
+            if listed and Path(listed) == path:
+                return candidate, manifest
+    return None
+
+
+def build_chain(manifest: Mapping[str, Any], root: Path) -> Chain:
+    """Follow the records from the manifest's inputs back to the raw files and hub downloads."""
+    chain, index = Chain(), RecordIndex(root)
+    pending = []
+    for path, digest in manifest["inputs"].items():
+        chain.expect(path, MANIFEST, digest, read=True)
+        pending.append(path)
+    seen: set[str] = set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for entry in index.recorded(path):
+            job = index.shown(entry.record)
+            if job in chain.records:
+                continue
+            record = chain.records[job] = json.loads(entry.record.read_text())
+            for digest in record.get("outputs", {}).values():
+                chain.expect(digest["path"], job, digest, read=False)
+            for digest in record.get("inputs", {}).values():
+                if isinstance(digest, dict) and "path" in digest:
+                    chain.expect(digest["path"], job, digest, read=True)
+                    pending.append(digest["path"])
+        found = _hub_manifest(Path(path))
+        if found:
+            where, hub = found
+            job = str(where)
+            chain.records.setdefault(job, hub)
+            digest = hub.get("checkpoint") or {"sha256": hub["parquet_sha256"]}
+            chain.expect(path, job, digest, read=False)
+            chain.hub[path] = f"{hub['repo']}@{hub['revision_resolved']}"
+    return chain
+
+
+def file_findings(chain: Chain) -> list[Finding]:
+    """Files whose bytes differ from a checksum recorded for them (or that are gone)."""
+    findings = []
+    for path, expected in sorted(chain.expected.items()):
+        now = path_digest(path)
+        for job, sha256 in expected:
+            if now.get("missing"):
+                detail = f"missing; {job} recorded sha256 {sha256[:12]}"
+            elif now["sha256"] != sha256:
+                detail = f"sha256 {now['sha256'][:12]} now, {sha256[:12]} recorded by {job}"
+            else:
+                continue
+            findings.append(Finding("file", path, detail, tuple(sorted(chain.downstream(path)))))
+    return findings
+
+
+def code_findings(chain: Chain, current: Mapping[str, Any]) -> list[Finding]:
+    """Jobs that ran at another commit than the checkout's, or from a modified working tree."""
+    by_version: dict[tuple[Any, Any], list[str]] = {}
+    for job, record in chain.records.items():
+        if "code" in record:
+            by_version.setdefault((record["code"]["git_commit"], record["code"]["git_dirty"]), []).append(job)
+    findings = []
+    now = (current["git_commit"], current["git_dirty"])
+    for (commit, dirty), jobs in sorted(by_version.items(), key=str):
+        if (commit, dirty) != now or dirty:
+            detail = f"ran at {_commit_text(commit, dirty)}; the checkout is at {_commit_text(*now)}"
+            findings.append(Finding("code", f"{len(jobs)} job(s)", detail, tuple(sorted(jobs))))
+    return findings
+
+
+def _commit_text(commit: str | None, dirty: bool | None) -> str:
+    return f"{commit or 'no git commit'}{' with uncommitted changes' if dirty else ''}"
+
+
+def installed_versions(prefix: str) -> dict[str, str | None] | None:
+    """Tracked package versions of the environment at ``prefix`` now; None where it is not on this machine."""
+    python = Path(prefix) / "bin" / "python"
+    if not python.exists():
+        return None
+    done = subprocess.run(
+        [str(python), "-c", VERSIONS_SCRIPT, *TRACKED_PACKAGES], capture_output=True, text=True, timeout=120
+    )
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def software_findings(chain: Chain) -> tuple[list[Finding], list[str]]:
+    """Packages whose version in a job's environment differs now; and environments not on this machine."""
+    findings, absent = [], []
+    environments: dict[str, dict[str, str | None] | None] = {}
+    for job, record in sorted(chain.records.items()):
+        software = record.get("software")
+        if not software:
+            continue
+        prefix = software["prefix"]
+        if prefix not in environments:
+            environments[prefix] = installed_versions(prefix)
+            if environments[prefix] is None:
+                absent.append(prefix)
+        now = environments[prefix]
+        for name, version in sorted(software["packages"].items()):
+            if now is not None and now.get(name) != version:
+                detail = f"{name} {version} recorded by {job}, {now.get(name)} installed in {prefix} now"
+                findings.append(Finding("software", name, detail, (job,)))
+    return findings, absent
+
+
+def merged_config(paths: Iterable[str]) -> dict[str, Any]:
+    """Config files merged in order, later keys replacing earlier ones recursively (Snakemake's rule)."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        _update(merged, yaml.safe_load(Path(path).read_text()) or {})
+    return merged
+
+
+def _update(target: dict[str, Any], overlay: Mapping[str, Any]) -> None:
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _update(target[key], value)
+        else:
+            target[key] = value
+
+
+def config_differences(recorded: Any, current: Any, where: str = "") -> list[str]:
+    """Key paths whose values differ between two configs (``a.b.c: old -> new``)."""
+    if isinstance(recorded, Mapping) and isinstance(current, Mapping):
+        differences = []
+        for key in sorted(set(recorded) | set(current), key=str):
+            path = f"{where}.{key}" if where else str(key)
+            if key not in current:
+                differences.append(f"{path}: {recorded[key]!r} -> (removed)")
+            elif key not in recorded:
+                differences.append(f"{path}: (absent) -> {current[key]!r}")
+            else:
+                differences.extend(config_differences(recorded[key], current[key], path))
+        return differences
+    return [] if recorded == current else [f"{where}: {recorded!r} -> {current!r}"]
+
+
+def config_findings(manifest: Mapping[str, Any], current: Mapping[str, Any]) -> list[Finding]:
+    """Config keys whose value differs from the config the manifest was made with."""
+    jobs = (MANIFEST,)
+    return [
+        Finding("config", d.split(":")[0], d, jobs) for d in config_differences(manifest["config"], current)
+    ]
+
+
+def audit(
+    manifest: Mapping[str, Any], root: Path, current_config: Mapping[str, Any]
+) -> tuple[Chain, list[Finding], list[str]]:
+    """The chain behind ``manifest``, every finding, and the environments that could not be checked."""
+    chain = build_chain(manifest, root)
+    software, absent = software_findings(chain)
+    findings = (
+        file_findings(chain)
+        + code_findings(chain, code_version(root))
+        + software
+        + config_findings(manifest, current_config)
+    )
+    return chain, findings, absent
+
+
+def report(output_id: str, chain: Chain, findings: list[Finding], absent: list[str]) -> str:
+    """The audit as text: what was checked, each finding and what it invalidates, and the verdict."""
+    files = len(chain.expected)
+    lines = [f"audit of {output_id}: {len(chain.records)} recorded jobs, {files} files re-hashed"]
+    lines += [f"  hub: {path} from {origin}" for path, origin in sorted(chain.hub.items())]
+    lines += [f"  not checkable here (environment absent): {prefix}" for prefix in absent]
+    for finding in findings:
+        lines.append(f"MISMATCH {finding.kind} {finding.subject}: {finding.detail}")
+        if finding.jobs:
+            lines.append(f"  invalidates: {', '.join(finding.jobs)}")
+    verdict = f"{len(findings)} mismatch(es)" if findings else "everything recorded holds"
+    lines.append(f"{output_id}: {verdict}")
+    return "\n".join(lines) + "\n"

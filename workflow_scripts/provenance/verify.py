@@ -1,0 +1,116 @@
+"""Check a command's inputs against the provenance records that list them as outputs.
+
+A job's record sits beside its outputs (``provenance.json``, ``s0.provenance.json``,
+``shuffle-provenance.json``), so the records of an input lie in its directory or one
+above it, up to the working directory. An input whose checksum differs from its record
+changed after the job that wrote it finished, and is refused before it is read; an input
+no record lists (a raw download, a test fixture) is accepted as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.errors import UserInputError
+from workflow_scripts.provenance import path_digest
+
+RECORD_PATTERN = "*provenance*.json"
+
+
+@dataclass(frozen=True)
+class RecordedOutput:
+    """One output digest as a record holds it, with the record it came from."""
+
+    record: Path
+    command: str
+    digest: Mapping[str, Any]
+
+
+def _read_record(path: Path) -> Mapping[str, Any]:
+    """A record's JSON object; an empty one if it vanished (Snakemake clears a job's outputs to rerun it)."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:  # ValueError: bad JSON or bad UTF-8
+        raise UserInputError(f"{path}: unreadable provenance record ({error})") from error
+    return record if isinstance(record, dict) else {}
+
+
+def _directory_outputs(directory: Path) -> dict[str, list[RecordedOutput]]:
+    """Outputs the records in ``directory`` list, by absolute path (records keep paths as given)."""
+    outputs: dict[str, list[RecordedOutput]] = {}
+    for path in sorted(directory.glob(RECORD_PATTERN)):
+        if not path.is_file():
+            continue
+        record = _read_record(path)
+        listed = record.get("outputs")
+        for digest in listed.values() if isinstance(listed, dict) else ():
+            if isinstance(digest, dict) and "path" in digest and "sha256" in digest:
+                entry = RecordedOutput(path, str(record.get("command")), digest)
+                outputs.setdefault(os.path.abspath(digest["path"]), []).append(entry)
+    return outputs
+
+
+def _search_directories(path: str, root: Path) -> list[Path]:
+    """The input's directory and its ancestors up to ``root``; only its directory outside ``root``."""
+    parent = Path(os.path.abspath(path)).parent
+    inside = [directory for directory in (parent, *parent.parents) if directory.is_relative_to(root)]
+    return inside or [parent]
+
+
+class RecordIndex:
+    """Records found beside inputs, each directory listed and each record parsed once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._outputs: dict[Path, dict[str, list[RecordedOutput]]] = {}
+
+    def recorded(self, path: str) -> list[RecordedOutput]:
+        """Every record entry that lists ``path`` among its outputs."""
+        key = os.path.abspath(path)
+        found = []
+        for directory in _search_directories(path, self.root):
+            if directory not in self._outputs:
+                self._outputs[directory] = _directory_outputs(directory)
+            found.extend(self._outputs[directory].get(key, []))
+        return found
+
+    def shown(self, path: Path) -> str:
+        """``path`` relative to the working directory when inside it, as rules name files."""
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
+
+
+def _check_digest(path: str, current: Mapping[str, Any], entry: RecordedOutput, index: RecordIndex) -> None:
+    """Refuse ``path`` if its checksum differs from the one ``entry`` recorded when it was written."""
+    if current.get("missing"):
+        return  # the command names a missing input itself
+    if current["sha256"] != entry.digest["sha256"]:
+        raise UserInputError(
+            f"{path}: sha256 {current['sha256']} differs from {entry.digest['sha256']} recorded by "
+            f"{index.shown(entry.record)} ({entry.command}): it changed after that job wrote it; "
+            f"rerun the job that writes it (snakemake --forcerun {path})"
+        )
+
+
+def verify_inputs(inputs: Mapping[str, str], digest_all: bool) -> dict[str, dict[str, Any]]:
+    """Check each input against the records listing it; return the digests taken, by input name.
+
+    Only inputs some record lists are hashed, unless ``digest_all`` (the caller writes a
+    record of its own and needs every input's digest): each input is hashed at most once.
+    """
+    index = RecordIndex(Path.cwd())
+    digests = {}
+    for name, path in inputs.items():
+        entries = index.recorded(path)
+        if not (entries or digest_all):
+            continue
+        digests[name] = path_digest(path)
+        for entry in entries:
+            _check_digest(path, digests[name], entry, index)
+    return digests
