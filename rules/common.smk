@@ -293,7 +293,8 @@ REPORT_SLICES = {
 
 def report_config(output_id):
     """The registry slice a table or figure reads, as JSON: its own entry, the models, corpora and
-    conditions its cells name, and the fields of the shared sections the report code reads."""
+    conditions its cells name, the fields of the shared sections the report code reads, and for the
+    claims table the ``claim_rules`` its verdicts use."""
     section = "tables" if output_id in config["tables"] else "figures"
     entry = config[section][output_id]
     named = {"models": set(), "corpora": set(), "conditions": set(entry.get("lists_conditions", []))}
@@ -308,7 +309,9 @@ def report_config(output_id):
     }
     tables_and_figures = {"tables": {}, "figures": {}}
     tables_and_figures[section] = {output_id: entry}
-    return json.dumps({"scale": config["scale"], **sliced, **shared, **tables_and_figures}, sort_keys=True)
+    # The claims table's verdicts read claim_rules; no other output does.
+    rules = {"claim_rules": config["claim_rules"]} if output_id == "claims" else {}
+    return json.dumps({"scale": config["scale"], **sliced, **shared, **tables_and_figures, **rules}, sort_keys=True)
 
 
 def report_files(output_id):

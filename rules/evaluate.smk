@@ -31,6 +31,9 @@ rule toy_benchmark:
         raw=layout.rule_path("benchmark", name="raw.parquet"),
     wildcard_constraints:
         benchmark=sourced_from("toy", config["benchmarks"]),
+    params:
+        rows=config["evaluation"]["toy_benchmark"]["rows"],
+        seed=config["evaluation"]["toy_benchmark"]["seed"],
     log:
         "logs/benchmarks/toy/{benchmark}.log",
     conda:
@@ -38,8 +41,8 @@ rule toy_benchmark:
     envmodules:
         "rpb/eval",
     shell:
-        "python -m workflow_scripts evaluate fixture --benchmark {wildcards.benchmark}"
-        " --out {output.raw:q} > {log:q} 2>&1"
+        "python -m workflow_scripts evaluate toy-benchmark --benchmark {wildcards.benchmark}"
+        " --rows {params.rows} --seed {params.seed} --out {output.raw:q} > {log:q} 2>&1"
 
 
 rule benchmark_items:

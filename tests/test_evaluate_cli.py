@@ -1,4 +1,4 @@
-"""The evaluate commands chained as the rules chain them: fixture -> items -> generate (hf) -> score."""
+"""The evaluate commands chained as the toy rules chain them: toy-benchmark -> items -> generate -> score."""
 
 from __future__ import annotations
 
@@ -32,7 +32,10 @@ def evaluated(tmp_path_factory) -> Path:
     specs = load_config(toy=True)["benchmarks"]
     for name in BENCHMARKS:
         raw, items = root / f"{name}.raw.parquet", root / f"{name}.items.parquet"
-        assert main(["evaluate", "fixture", "--benchmark", name, "--out", str(raw)]) == 0
+        assert main([
+            "evaluate", "toy-benchmark", "--benchmark", name, "--rows", "3", "--seed", "1234",
+            "--out", str(raw),
+        ]) == 0  # fmt: skip
         assert main([
             "evaluate", "items", "--benchmark", name, "--raw", str(raw), "--spec", json.dumps(specs[name]),
             "--shuffle-seed", "42", "--limit", "2", "--out", str(items),

@@ -429,3 +429,11 @@ def test_unknown_benchmark_and_bad_seed_are_rejected(specs: dict) -> None:
 def test_unknown_fixture_is_a_user_error() -> None:
     with pytest.raises(UserInputError, match="no bundled fixture for benchmark 'arc'"):
         read_fixture("arc")
+
+
+def test_fixture_command_writes_the_bundled_rows(tmp_path) -> None:
+    from workflow_scripts.cli import main
+
+    out = tmp_path / "raw.parquet"
+    assert main(["evaluate", "fixture", "--benchmark", "humaneval", "--out", str(out)]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(out), read_fixture("humaneval"))

@@ -14,7 +14,8 @@ import yaml
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.items import OPTION_LETTERS, SCHEMAS, normalise
-from workflow_scripts.evaluate.templates import TEMPLATE_VERSION, TEMPLATES, render
+from workflow_scripts.evaluate.templates import TEMPLATES, render
+from workflow_scripts.task_formats import TEMPLATE_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = yaml.safe_load((ROOT / "config.yaml").read_text())["benchmarks"]

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "workflow_scripts"
 
 # Bottom first. A unit may import only from units in lower layers; a new unit must be placed here.
 LAYERS = (
-    ("errors", "atomic", "registry", "commands"),
+    ("errors", "atomic", "registry", "commands", "task_formats"),
     ("layout", "routing", "routing_metrics", "modeling"),
     ("provenance",),
     ("data",),

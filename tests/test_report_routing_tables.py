@@ -553,6 +553,9 @@ def test_appendix_d2_base_routing_against_numpy(world: World) -> None:
             spans = world.partitions[(row["model"], corpus)]["spans"].values()
             counts = sum(np.asarray(s["p_topk"]) * s["tokens"] for s in spans)  # (L, E) activations
             p[domain] = counts.sum(axis=0) / counts.sum()  # equal tokens per layer: layer mean = pooled
+            per_layer = counts / counts.sum(axis=1, keepdims=True)
+            perplexity = np.exp(-(per_layer * np.log(np.where(per_layer > 0, per_layer, 1))).sum(axis=1))
+            assert row[f"eff_frac_{domain}"] == pytest.approx(np.mean(perplexity / counts.shape[1]), rel=1e-9)
         uniform = np.full_like(p["math"], 1.0 / p["math"].size)
         assert row["sharpness_math"] == pytest.approx(np.abs(p["math"] - uniform).sum(), rel=1e-12)
         assert row["sharpness_code"] == pytest.approx(np.abs(p["code"] - uniform).sum(), rel=1e-12)

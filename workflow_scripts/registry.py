@@ -353,13 +353,17 @@ def cap_seeds(config: dict[str, Any]) -> None:
 
     Applied once after validation, so the closure, the rules and the report code
     all see the same (smaller) grid; a cell whose paper seeds are, e.g., only
-    s43 keeps s43.
+    s43 keeps s43. An entry with ``keep_seeds: true`` (the claims table, which reads
+    each difference against its seed spread) keeps every seed it lists at every scale;
+    its runs at the first seed are the ones the capped tables share.
     """
     cap = config.get("seeds_per_cell")
     if cap is None:
         return
     for section in ("tables", "figures"):
         for entry in config[section].values():
+            if entry.get("keep_seeds"):
+                continue
             for cell in entry["cells"]:
                 for key in ("eval_seeds", "probe_seeds"):
                     if key in cell:

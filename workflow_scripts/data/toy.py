@@ -4,8 +4,10 @@
 the hub dataset (GLM-5.1-Reasoning-1M-Cleaned ``main``/``Math`` or
 OpenR1-Math-220k ``default``), so the same reader and scorer run at both
 scales. Answers carry a ``<think>...</think>`` reasoning channel before the
-final completion, in three templated domains (math word problems with LaTeX
-and ``\\boxed``, Python tasks with fenced code, general prose). A
+final completion, in three domains built from the task families of ``toy_tasks``
+(math: sums with a ``\\boxed`` answer; code: functions and standard-input programs
+in a fenced block; general: multiple-choice questions, truth-teller chains and
+prose), each answer stating its result first. A
 ``bad_fraction`` share of rows is damaged, cycling through every hard penalty
 of the scorer and two out-of-band lengths (BAD_KINDS), so a build always has
 to remove something. All randomness comes from one numpy Generator seeded
@@ -19,6 +21,14 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from workflow_scripts.data.toy_tasks import (
+    draw_choice,
+    draw_function,
+    draw_list,
+    draw_program,
+    draw_sum,
+    draw_truth_chain,
+)
 from workflow_scripts.errors import UserInputError
 
 # Share of each domain per (format, subset).
@@ -37,12 +47,10 @@ BAD_KINDS = (
     "punctuation_run",  # penalty: punctuation_run
     "degenerate_phrase",  # penalty: degenerate_phrase
     "too_long",  # penalty: too_long
-    "short_answer",  # no penalty: answer below its length band
+    "short_answer",  # no penalty: only the answer's last characters, far below its length band
     "long_prompt",  # no penalty: prompt above its length band
 )
 
-NAMES = ("Ada", "Bram", "Chen", "Dara", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun")
-ITEMS = ("apple", "notebook", "ticket", "marble", "brick", "lamp", "stamp", "candle")
 TOPICS = (
     "photosynthesis",
     "the water cycle",
@@ -54,31 +62,6 @@ TOPICS = (
     "compound interest",
     "ocean tides",
     "volcanoes",
-)
-FUNCS = (
-    (
-        "sum_of_squares",
-        "returns the sum of the squares of a list of integers",
-        "total = 0\n    for x in xs:\n        total += x * x\n    return total",
-    ),
-    ("count_vowels", "counts the vowels in a string", "return sum(1 for ch in xs.lower() if ch in 'aeiou')"),
-    (
-        "running_max",
-        "returns the running maximum of a list",
-        "out = []\n    best = None\n    for x in xs:\n        best = x if best is None else max(best, x)\n"
-        "        out.append(best)\n    return out",
-    ),
-    (
-        "dedupe",
-        "removes duplicates from a list while keeping the first occurrence",
-        "seen = set()\n    out = []\n    for x in xs:\n        if x not in seen:\n            seen.add(x)\n"
-        "            out.append(x)\n    return out",
-    ),
-    (
-        "is_palindrome",
-        "checks whether a string reads the same backwards, ignoring case",
-        "s = xs.lower()\n    return s == s[::-1]",
-    ),
 )
 FILLER = {
     "math": (
@@ -99,62 +82,55 @@ FILLER = {
 }
 
 
-def _math(r: np.ndarray) -> tuple[str, str, str]:
-    a, b, c = int(r[0] % 40) + 2, int(r[1] % 20) + 1, int(r[2] % 9) + 1
-    name, item = NAMES[r[3] % len(NAMES)], ITEMS[r[4] % len(ITEMS)]
-    if r[5] % 2:
-        prompt = (
-            f"{name} buys {a} {item}s for ${b}$ dollars each and sells each for ${b + c}$ dollars. "
-            "What is the total profit in dollars?"
-        )
-        result, work = a * c, f"{a} \\times ({b + c} - {b}) = {a} \\times {c} = {a * c}"
-    else:
-        prompt = (
-            f"A rectangle has sides {a} cm and {b} cm. {name} cuts off a square of side {min(a, b)} cm. "
-            "What area is left, in square centimetres?"
-        )
-        result = a * b - min(a, b) ** 2
-        work = f"{a} \\cdot {b} - {min(a, b)}^{{2}} = {a * b} - {min(a, b) ** 2} = {result}"
-    final = (
-        f"## Solution\n\nStep 1: Set up the expression.\n\n\\[ {work} \\]\n\n"
-        f"Step 2: Check it with \\(\\frac{{{result}}}{{1}} = {result}\\).\n\n"
-    )
-    return prompt, final, f"\n\nThe answer is $\\boxed{{{result}}}$."
+def _math(rng: np.random.Generator) -> tuple[str, str]:
+    task = draw_sum(rng)
+    return task.prompt(str(rng.choice(SUM_STYLES))), task.response
 
 
-def _code(r: np.ndarray) -> tuple[str, str, str]:
-    fname, task, body = FUNCS[r[0] % len(FUNCS)]
-    prompt = f"Write a Python function `{fname}(xs)` that {task}. Include a short explanation."
-    final = (
-        f"Here is a straightforward implementation.\n\n```python\ndef {fname}(xs):\n    {body}\n```\n\n"
-        "- It handles the empty input.\n- It does not modify its argument.\n\n"
-    )
-    call = f"print({fname}([{r[1] % 7}, {r[2] % 5}]))"
-    example = f"For example, `{fname}` can be called as:\n\n```python\n{call}\n```"
-    return prompt, final, example
+def _code(rng: np.random.Generator) -> tuple[str, str]:
+    inputs = [draw_list(rng) for _ in range(3)]
+    if rng.integers(2):
+        program = draw_program(rng)
+        return program.prompt(inputs[:2]), program.response
+    function = draw_function(rng)
+    return function.prompt(str(rng.choice(FUNCTION_STYLES)), inputs), function.response
 
 
-def _general(r: np.ndarray) -> tuple[str, str, str]:
-    topic = TOPICS[r[0] % len(TOPICS)]
+def _general(rng: np.random.Generator) -> tuple[str, str]:
+    kind = int(rng.integers(3))
+    if kind == 0:
+        task = draw_choice(rng, int(rng.integers(4, 11)))
+        return task.prompt, task.response
+    if kind == 1:
+        chain = draw_truth_chain(rng)
+        return chain.prompt, chain.response
+    topic = TOPICS[int(rng.integers(len(TOPICS)))]
     prompt = f"Explain {topic} to a curious high-school student in a few paragraphs."
-    final = (
+    head = (
         f"# {topic.capitalize()}\n\n{topic.capitalize()} is easiest to understand through its causes "
-        "and its effects.\n\n- First, look at what drives it.\n- Then, follow what it changes.\n\n"
+        "and its effects.\n\n- First, look at what drives it.\n- Then, follow what it changes."
     )
-    return prompt, final, "\n\nIn short, it is a process worth understanding well."
+    return prompt, head
 
 
+SUM_STYLES = ("word", "expression", "amps")
+FUNCTION_STYLES = ("humaneval", "mbpp")
 BUILDERS = {"math": _math, "code": _code, "general": _general}
 
 
 def _row(domain: str, r: np.ndarray, kind: str | None) -> tuple[str, str | None]:
-    """(prompt, raw answer or None for a missing assistant turn) of one row; ``r`` holds its draws."""
-    prompt, head, tail = BUILDERS[domain](r)
+    """(prompt, raw answer or None for a missing assistant turn) of one row; ``r`` holds its draws.
+
+    The final answer is the task's worked result (``toy_tasks``' response) and nothing more, so a
+    model trained on it stops once it has answered; the domain's filler sentences are the
+    reasoning channel, which the corpus build strips.
+    """
+    prompt, head = BUILDERS[domain](np.random.default_rng(int(r[0])))
     a, b = int(r[6] % 50) + 3, int(r[7] % 9) + 2
     sentences = [sentence.format(a=a, b=b, p=a * b) for sentence in FILLER[domain]]
-    filler = "".join(sentences[(int(r[6]) + k) % len(sentences)] for k in range(int(r[8] % 40 + 4)))
-    body = head + filler + tail
-    think = f"<think>\nLet me reason about this carefully. {sentences[0] * int(r[9] % 6 + 1)}\n</think>\n\n"
+    filler = "".join(sentences[(int(r[6]) + k) % len(sentences)] for k in range(int(r[8] % 3 + 2)))
+    body = head
+    think = f"<think>\nLet me reason about this carefully. {filler}\n</think>\n\n"
     if kind == "empty_prompt":
         prompt = "   "
     elif kind == "empty_answer":
@@ -172,7 +148,7 @@ def _row(domain: str, r: np.ndarray, kind: str | None) -> tuple[str, str | None]
     elif kind == "too_long":
         body = body + sentences[1] * (33000 // len(sentences[1]) + 1)
     elif kind == "short_answer":
-        body = tail.strip()
+        body = head[-12:]
     elif kind == "long_prompt":
         prompt = prompt + " Context: " + sentences[2] * (4500 // len(sentences[2]) + 1)
     return prompt, think + body

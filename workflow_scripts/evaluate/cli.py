@@ -1,5 +1,7 @@
 """``python -m workflow_scripts evaluate <command>``: benchmark items, generations, scores (§4, F.3-F.5).
 
+    python -m workflow_scripts evaluate toy-benchmark --benchmark gsm8k --rows 8 --seed 1234 \\
+        --out results/benchmarks/gsm8k/raw.parquet
     python -m workflow_scripts evaluate items --benchmark gsm8k \\
         --raw results/benchmarks/gsm8k/raw.parquet --spec '{...}' --shuffle-seed 42 \\
         --out results/benchmarks/gsm8k/items.parquet
@@ -68,6 +70,17 @@ def run_fixture(args: argparse.Namespace) -> None:
     from workflow_scripts.evaluate.fixtures import read_fixture
 
     write_parquet(pa.Table.from_pandas(read_fixture(args.benchmark), preserve_index=False), args.out)
+
+
+def run_toy_benchmark(args: argparse.Namespace) -> None:
+    """Write a benchmark's toy rows (the toy task families in its real raw schema) to parquet."""
+    import pyarrow as pa
+
+    from workflow_scripts.evaluate.toy_benchmarks import toy_benchmark_rows
+
+    raw = toy_benchmark_rows(args.benchmark, args.rows, args.seed)
+    write_parquet(pa.Table.from_pandas(raw, preserve_index=False), args.out)
+    print(f"toy-benchmark: {args.benchmark}: {len(raw)} rows (seed {args.seed})", file=sys.stderr)
 
 
 def run_items(args: argparse.Namespace) -> None:
@@ -243,6 +256,20 @@ def register(stages: argparse._SubParsersAction) -> None:
     fixture.add_argument("--benchmark", required=True, help="benchmark id of the registry")
     fixture.add_argument("--out", required=True, help="output raw parquet")
 
+    toy = add_command(
+        commands,
+        "toy-benchmark",
+        run_toy_benchmark,
+        "write a benchmark's toy rows: the toy task families asked in its real raw schema (toy scale)",
+        outputs=("out",),
+    )
+    toy.add_argument("--benchmark", required=True, help="benchmark id of the registry")
+    toy.add_argument("--rows", type=int, required=True, help="rows to write (at least 1)")
+    toy.add_argument(
+        "--seed", type=int, required=True, help="seed of the drawn tasks (non-negative; not the corpora's)"
+    )
+    toy.add_argument("--out", required=True, help="output raw parquet")
+
     items = add_command(
         commands,
         "items",
@@ -252,7 +279,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         outputs=("out",),
     )
     items.add_argument("--benchmark", required=True, help="benchmark id of the registry")
-    items.add_argument("--raw", required=True, help="raw parquet (hub download or toy fixture)")
+    items.add_argument("--raw", required=True, help="raw parquet (hub download, toy rows or fixture)")
     items.add_argument("--spec", required=True, type=json_argument, help="the benchmark's registry entry")
     items.add_argument("--shuffle-seed", type=int, required=True, help="option shuffle seed (F.3: 42)")
     items.add_argument(

@@ -1,8 +1,9 @@
-"""Bundled toy benchmark rows, in each benchmark's real raw hub schema, for toy-scale runs and tests.
+"""Bundled benchmark rows, in each benchmark's real raw hub schema, for tests and as toy-row templates.
 
 ``fixtures/<benchmark>.jsonl`` holds a handful of simple rows with correct gold
 answers; read through ``normalise`` they give the same items a hub download would,
-so the toy pipeline exercises the real schema path without network access.
+so the tests exercise the real schema path without network access. The toy
+benchmarks (``toy_benchmarks``) take their columns and task-free fields from them.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ benchmark, so every condition sees the same instruction for a family:
   answer-format instructions are inside the question, as in the official protocol).
 
 The messages are plain ``{"role", "content"}`` turns; the model's chat template is
-applied later by the generation backend. Bump ``TEMPLATE_VERSION`` whenever any
-text below changes, since scores can move with it.
+applied later by the generation backend. The texts live in ``workflow_scripts.task_formats``
+(with ``TEMPLATE_VERSION``), which the toy corpora phrase their instruction rows with too.
 """
 
 from __future__ import annotations
@@ -26,8 +26,15 @@ from typing import Any
 
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.items import OPTION_LETTERS
-
-TEMPLATE_VERSION = "1"
+from workflow_scripts.task_formats import (
+    CHOICE_USER,
+    CODE_USER,
+    HUMANEVAL_TASK,
+    MATH_SYSTEM,
+    MATH_USER,
+    MBPP_TASK,
+    option_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -38,28 +45,9 @@ class Template:
     user: str
 
 
-MATH = Template(
-    system=(
-        "You are a careful mathematician. Reason through the problem step by step, "
-        "showing each step of your work before you state the final answer."
-    ),
-    user=(
-        "Solve the following problem.\n\n{problem}\n\n"
-        "Reason step by step, and put your final answer within \\boxed{{}}."
-    ),
-)
-MULTIPLE_CHOICE = Template(
-    system=None,
-    user=(
-        "Answer the following multiple-choice question.\n\n{question}\n\n{options}\n\n"
-        "Reason briefly, then finish with a final line of the form 'Answer: X', "
-        "where X is the letter of the correct option ({letters})."
-    ),
-)
-CODE = Template(
-    system=None,
-    user="{task}\n\nWrite the complete solution in Python, in a single fenced ```python code block.",
-)
+MATH = Template(system=MATH_SYSTEM, user=MATH_USER)
+MULTIPLE_CHOICE = Template(system=None, user=CHOICE_USER)
+CODE = Template(system=None, user=CODE_USER)
 LIVEBENCH = Template(system=None, user="{question}")
 
 TEMPLATES: dict[str, Template] = {
@@ -68,11 +56,6 @@ TEMPLATES: dict[str, Template] = {
     "code": CODE,
     "livebench": LIVEBENCH,
 }
-
-# The code template's task block, by grader: what each benchmark supplies to the model.
-HUMANEVAL_TASK = "Complete the following Python function.\n\n```python\n{signature}\n```"
-MBPP_TASK = "{description}\n\nYour code must pass these tests:\n\n```python\n{tests}\n```"
-OPTION_LINE = "{letter}. {text}"
 
 
 def _options(item: Mapping[str, Any]) -> list[str]:
@@ -104,13 +87,9 @@ def _fields(item: Mapping[str, Any]) -> dict[str, str]:
     if template == "multiple_choice":
         choices = _options(item)
         letters = OPTION_LETTERS[: len(choices)]
-        lines = [
-            OPTION_LINE.format(letter=letter, text=text)
-            for letter, text in zip(letters, choices, strict=True)
-        ]
         return {
             "question": item["prompt"].strip(),
-            "options": "\n".join(lines),
+            "options": option_lines(choices, letters),
             "letters": ", ".join(letters),
         }
     if template == "code":

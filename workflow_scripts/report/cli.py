@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 
 def _tables() -> dict:
-    from workflow_scripts.report import performance_tables, routing_tables
+    from workflow_scripts.report import claims, performance_tables, routing_tables
 
-    return {**performance_tables.TABLES, **routing_tables.TABLES}
+    return {**performance_tables.TABLES, **routing_tables.TABLES, **claims.TABLES}
 
 
 def run_table(args: argparse.Namespace) -> None:
@@ -43,13 +43,13 @@ def run_table(args: argparse.Namespace) -> None:
     tables = _tables()
     if args.id not in tables:
         raise UserInputError(f"--id {args.id!r}: no such table (known: {', '.join(sorted(tables))})")
+    reference = load_reference(args.reference) if args.reference else None
     try:
-        table = tables[args.id](_report_inputs(args))
+        table = tables[args.id](dataclasses.replace(_report_inputs(args), reference=reference))
     except (KeyError, ValueError, OSError) as error:
         raise UserInputError(f"{args.id}: {error}") from error
     if args.reference_notes:
         table = dataclasses.replace(table, notes=table.notes + load_reference_notes(args.reference_notes))
-    reference = load_reference(args.reference) if args.reference else None
     texts = render(table, reference, args.config["scale"])
     for kind in ("csv", "md", "tex"):
         write_text(getattr(args, kind), texts[kind])

@@ -28,7 +28,12 @@ from workflow_scripts.report.routing_frames import (
     sweep_frame,
 )
 from workflow_scripts.report.table import ReportInputs, Table, summarize_seeds
-from workflow_scripts.routing_metrics.metrics import centroid_cosine, cross_domain_l1, sharpness
+from workflow_scripts.routing_metrics.metrics import (
+    centroid_cosine,
+    cross_domain_l1,
+    layer_mean_effective_fraction,
+    sharpness,
+)
 
 ROW_KEYS = ("model", "corpus", "condition")
 TABLE_KEYS = ("corpus", "condition")  # the tables below are each on one model, which the rows omit
@@ -63,6 +68,8 @@ COLUMN_LABELS = {
     "sharpness_code": "‖p − U‖₁ (code)",
     "cross_domain": "‖p_math − p_code‖₁",
     "eff_frac_min": "eff. expert frac. (min)",
+    "eff_frac_math": "eff. expert frac. (math)",
+    "eff_frac_code": "eff. expert frac. (code)",
     "eff_frac_max": "eff. expert frac. (max)",
     "prior_topk_overlap": "prior top-k overlap",
     "topk_change_rate": "top-k change rate",
@@ -366,15 +373,21 @@ def table11(inputs: ReportInputs) -> Table:
     )
 
 
+def pool_layers(spans: pd.DataFrame) -> np.ndarray:
+    """The (L, E) mean top-k activation frequency of a whole probe pool from its span rows.
+
+    Each span row's ``p_topk`` is a token mean, so weighting by ``tokens`` pools the Q and A spans.
+    """
+    return sum(row.tokens * row.p_topk for row in spans.itertuples()) / spans["tokens"].sum()
+
+
 def pool_distribution(spans: pd.DataFrame) -> np.ndarray:
     """The layer-averaged expert distribution (E,) of a whole probe pool from its span rows.
 
-    Each span row's ``p_topk`` is a token mean, so weighting by ``tokens`` pools the Q and A
-    spans into the pool's mean top-k activation frequency; layer-averaged and divided by k it is
+    The pool's mean top-k activation frequency (``pool_layers``), layer-averaged and divided by k:
     the distribution over routed experts that Appendix D.2's statistics take.
     """
-    pooled = sum(row.tokens * row.p_topk for row in spans.itertuples()) / spans["tokens"].sum()  # (L, E)
-    layer_mean = pooled.mean(axis=0)
+    layer_mean = pool_layers(spans).mean(axis=0)
     return layer_mean / layer_mean.sum()
 
 
@@ -387,19 +400,24 @@ def appendix_d2(inputs: ReportInputs) -> Table:
     spans = span_frame(inputs.results, closure(inputs.config, inputs.output_id).probes)
     rows = []
     for model in inputs.rank("models"):
-        p = {
-            domain: pool_distribution(spans[(spans["model"] == model) & (spans["corpus"] == corpus)])
+        pools = {
+            domain: spans[(spans["model"] == model) & (spans["corpus"] == corpus)]
             for domain, corpus in domains.items()
         }
+        p = {domain: pool_distribution(pool) for domain, pool in pools.items()}
         rows.append(
             {
                 "model": model,
                 "sharpness_math": float(sharpness(p["math"])),
                 "sharpness_code": float(sharpness(p["code"])),
                 "cross_domain": float(cross_domain_l1(p["math"], p["code"])),
+                **{
+                    f"eff_frac_{domain}": layer_mean_effective_fraction(pool_layers(pool))
+                    for domain, pool in pools.items()
+                },
             }
         )
-    columns = ("sharpness_math", "sharpness_code", "cross_domain")
+    columns = ("sharpness_math", "sharpness_code", "cross_domain", "eff_frac_math", "eff_frac_code")
     return Table(
         table_id=inputs.output_id,
         title=inputs.title,
@@ -410,6 +428,9 @@ def appendix_d2(inputs: ReportInputs) -> Table:
         notes=(
             "p: the frozen base router's top-k activation frequency over a corpus' whole probe pool "
             "(Q and A spans), averaged over MoE layers and normalised over the routed experts.",
+            "eff. expert frac.: Table 11's exp(H_l)/E per MoE layer, averaged over layers (1: uniform; "
+            "at least k/E). The paper states it per span in Table 11 only (0.20-0.35 on Moonlight and "
+            "Qwen3, whose k/E are 0.094 and 0.063), so D.2 prints no paper value for it.",
         ),
         digits={c: 4 for c in columns},
     )

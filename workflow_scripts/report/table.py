@@ -15,16 +15,24 @@ from workflow_scripts.report.inputs import ResultFiles, declared_files
 
 @dataclass(frozen=True)
 class ReportInputs:
-    """What a table or figure function reads: the validated registry and its declared result files."""
+    """What a table or figure function reads: the validated registry and its declared result files.
+
+    ``reference`` is the paper's values (``reference.load_reference``) for a table that computes
+    with them (the claims table's verdicts); the others are set beside them only when rendered.
+    """
 
     config: Mapping[str, Any]
     output_id: str
     results: ResultFiles
+    reference: pd.DataFrame | None = None
 
     @classmethod
-    def at(cls, config: Mapping[str, Any], output_id: str, root: Path) -> ReportInputs:
+    def at(
+        cls, config: Mapping[str, Any], output_id: str, root: Path, reference: pd.DataFrame | None = None
+    ) -> ReportInputs:
         """The inputs the output's rule declares (``inputs.declared_files``), under the results ``root``."""
-        return cls(config, output_id, ResultFiles(root, frozenset(declared_files(config, output_id, root))))
+        files = ResultFiles(root, frozenset(declared_files(config, output_id, root)))
+        return cls(config, output_id, files, reference)
 
     @property
     def entry(self) -> Mapping[str, Any]:
