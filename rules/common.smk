@@ -205,6 +205,14 @@ def toy_model_spec(wildcards):
     return json.dumps(registry.toy_model_sizes(config["models"][wildcards.model]), sort_keys=True)
 
 
+def toy_pretraining(wildcards):
+    """The toy_base section for one model: its own load-balancing weight, no other model's, as JSON."""
+    settings = dict(config["toy_base"])
+    by_model = settings.pop("lbl_coefficient_by_model", {})
+    settings["lbl_coefficient"] = by_model.get(wildcards.model, settings["lbl_coefficient"])
+    return json.dumps(settings, sort_keys=True)
+
+
 def prior_file(model, corpus, kind):
     return layout.rule_path("prior", model=model, corpus=corpus, name=layout.PRIOR_FILES[kind])
 

@@ -35,7 +35,7 @@ rule toy_base_model:
     params:
         architecture=lambda w: config["models"][w.model]["architecture"],
         spec=toy_model_spec,
-        pretrain=json.dumps(config.get("toy_base", {}), sort_keys=True),
+        pretrain=toy_pretraining,
     log:
         "logs/models/toy/{model}.log",
     conda:

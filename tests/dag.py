@@ -9,12 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 # The paper profile as users name it (``slurm``, found from the repository root). It deploys
 # per-rule conda environments, which Snakemake checks even in a dry run; this machine has no
 # conda, so tests take the no-conda method (env-modules), which a dry run does not load.
 PAPER = ["--profile", "slurm", "--sdm", "env-modules"]
 TOY = ["--profile", "profiles/local"]
+# Where a test's subject is not the toy base, a few pretraining steps on a small corpus keep it short.
+SHORT_BASE = {
+    "toy_base": {"steps": 4, "warmup_steps": 1, "corpus_rows": {"main": 200, "Math": 100}, "report_rows": 10}
+}
+OVERLAY = "test_overlay.yaml"
 # Jobs call ``python``: the interpreter running the tests comes first on their PATH.
 JOB_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.MULTILINE)
@@ -62,3 +69,9 @@ def copy_checkout(destination: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target, follow_symlinks=False)
     return destination
+
+
+def with_overlay(workdir: Path, overlay: dict) -> list[str]:
+    """The toy profile plus ``overlay`` as a last config file in ``workdir``."""
+    (workdir / OVERLAY).write_text(yaml.safe_dump(overlay))
+    return [*TOY, "--configfiles", "profiles/local/toy.yaml", OVERLAY]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dag import JOB_ENV, PAPER, ROOT, TOY, copy_checkout
+from tests.dag import JOB_ENV, PAPER, ROOT, SHORT_BASE, copy_checkout, with_overlay
 from workflow_scripts import registry
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -64,9 +64,9 @@ def test_a_second_workflow_reuses_split_prior_and_base_probe(tmp_path):
     for workdir, trained in ((first, [TRAINED]), (second, [])):
         done = snakemake(
             workdir,
-            *TOY,
             *REUSED,
             *trained,
+            *with_overlay(workdir, SHORT_BASE),
             "--cache",
             *CACHED_RULES,
             "--config",
@@ -89,5 +89,7 @@ def test_a_second_workflow_reuses_split_prior_and_base_probe(tmp_path):
         path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) for path in files
     )
     if os.geteuid() != 0:  # root ignores file modes, and Snakemake checks with os.access
-        refused = snakemake(first, *TOY, TRAINED, "--forcerun", "train_local", env=env)
+        refused = snakemake(
+            first, *with_overlay(first, SHORT_BASE), TRAINED, "--forcerun", "train_local", env=env
+        )
         assert refused.returncode != 0 and "Write-protected output files" in refused.stderr + refused.stdout

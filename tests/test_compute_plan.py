@@ -24,12 +24,10 @@ def by_name(result) -> dict:
     return {job_class.name: job_class for job_class in result.classes}
 
 
-def test_all_needs_123_trainings(paper_config):
-    # 119 for the paper's tables and figures, plus RPB-hard at s43 and s44 on both splits, which
-    # only the claims table trains (the paper's RPB-hard is single-seed).
+def test_all_needs_119_trainings(paper_config):
     closure = target_closure(paper_config, "all")
-    assert len(closure.trainings) == 123
-    assert by_name(plan(paper_config, "all", {"openr1math": 94000}))["trainings"].jobs == 123
+    assert len(closure.trainings) == 119
+    assert by_name(plan(paper_config, "all", {"openr1math": 94000}))["trainings"].jobs == 119
 
 
 def test_a_20000_row_corpus_takes_782_steps(paper_config):
@@ -77,8 +75,8 @@ def test_shared_trainings_count_once(paper_config):
 
 
 def test_items_per_benchmark_caps_generation(toy_config):
-    # Toy overlay: 8 items of each of the 12 benchmarks, 2 repeats of 16 tokens.
-    assert generation_tokens(toy_config) == 12 * 8 * 2 * 16
+    # Toy overlay: 8 items of each of the 12 benchmarks, 2 repeats of 48 tokens.
+    assert generation_tokens(toy_config) == 12 * 8 * 2 * 48
 
 
 def test_missing_rows_name_the_corpus(paper_config):

@@ -150,7 +150,7 @@ def test_paper_scale_all_trains_every_cell_on_megatron_with_the_allocation_of_th
         for r, w in paper_all
         if r == "train_megatron"
     }
-    assert trained == expected and len(trained) == 123  # the paper's 119 + RPB-hard s43/s44 (claims)
+    assert trained == expected and len(trained) == 119
     exported = {
         (w["model"], w["corpus"], w["condition"], int(w["seed"]))
         for r, w in paper_all

@@ -25,10 +25,13 @@ from workflow_scripts.evaluate.grading import grade
 from workflow_scripts.evaluate.items import OPTION_LETTERS, normalise
 from workflow_scripts.evaluate.livebench.testcases import decode_private, load_tests
 from workflow_scripts.evaluate.sandbox import IsolationUnavailable, Limits, require_isolation
+from workflow_scripts.evaluate.templates import render
 from workflow_scripts.evaluate.toy_benchmarks import (
     COPIED,
+    DRAWS,
     LCB_PRIVATE_TESTS,
     LCB_PUBLIC_TESTS,
+    WRITERS,
     ToyQuestion,
     draw_questions,
     encode_private_cases,
@@ -37,20 +40,6 @@ from workflow_scripts.evaluate.toy_benchmarks import (
 )
 from workflow_scripts.task_formats import AMPS_INSTRUCTION, LCB_GENERATION_TURN, WEB_OF_LIES_V2_INSTRUCTION
 
-BENCHMARKS = (
-    "gsm8k",
-    "math500",
-    "livebench_math",
-    "humaneval",
-    "mbpp",
-    "livebench_coding",
-    "mmlu",
-    "mmlu_stem",
-    "mmlu_pro",
-    "gpqa",
-    "gpqa_diamond",
-    "livebench_reasoning",
-)
 CODE = ("humaneval", "mbpp", "livebench_coding")
 # Twelve rows at seed 7 draw every function and every standard-input program of the code families.
 ROWS = 12
@@ -58,6 +47,7 @@ SEED = 7
 LIMITS = Limits(timeout_s=5.0, memory_mb=1024)
 CONFIG = load_config(toy=True)
 SPECS = CONFIG["benchmarks"]
+BENCHMARKS = tuple(SPECS)  # the registry's twelve
 SHUFFLE_SEED = CONFIG["evaluation"]["choice_shuffle_seed"]
 
 
@@ -73,7 +63,7 @@ def through_parquet(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def test_every_registry_benchmark_has_toy_rows():
-    assert sorted(BENCHMARKS) == sorted(SPECS)
+    assert sorted(DRAWS) == sorted(SPECS) == sorted(WRITERS)
 
 
 @pytest.mark.parametrize("benchmark", BENCHMARKS)
@@ -103,6 +93,32 @@ def test_task_free_fields_are_the_fixtures(benchmark):
         expected = template[column]
         same = [value == expected or (pd.isna(value) and pd.isna(expected)) for value in rows[column]]
         assert all(same), column
+
+
+def corpus_prompt(benchmark: str, question: ToyQuestion, item: pd.Series) -> str:
+    """The user turn a toy corpus row asks ``question`` with, in the form ``benchmark`` asks it."""
+    task = question.task
+    if isinstance(task, Sum):
+        return task.prompt({"gsm8k": "word", "math500": "expression", "livebench_math": "amps"}[benchmark])
+    if isinstance(task, Choice):  # the options in the order the pipeline's shuffle shows them
+        options = tuple(item["choices"])
+        return dataclasses.replace(
+            task, options=options, answer=options.index(task.options[task.answer])
+        ).prompt
+    if isinstance(task, Function):
+        return task.prompt(benchmark, question.inputs)
+    if isinstance(task, StdinProgram):
+        return task.prompt(question.inputs[:LCB_PUBLIC_TESTS])
+    return task.prompt
+
+
+@pytest.mark.parametrize("benchmark", BENCHMARKS)
+def test_the_corpora_ask_as_the_benchmarks_do(benchmark):
+    """A toy corpus row's question is, word for word, the user turn evaluation renders (F.3)."""
+    questions = draw_questions(benchmark, ROWS, SEED)
+    items = items_of(benchmark, toy_benchmark_rows(benchmark, ROWS, SEED))
+    for question, (_, item) in zip(questions, items.iterrows(), strict=True):
+        assert render(item)[-1]["content"] == corpus_prompt(benchmark, question, item)
 
 
 def test_benchmarks_of_one_family_ask_different_questions():

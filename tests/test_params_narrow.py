@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.conftest import load_config
-from tests.dag import JOB_ENV, TOY, copy_checkout, dry_run, printed_job
+from tests.dag import JOB_ENV, SHORT_BASE, copy_checkout, dry_run, printed_job, with_overlay
 from workflow_scripts.train.cli import train_config
 from workflow_scripts.train.megatron import settings
 from workflow_scripts.train.objective import Objective
@@ -27,11 +26,6 @@ TARGETS = (
     "results/graphs/moonlight/math20k/sft/s42/metrics.json",
     "results/evals/moonlight/base/summary.json",
 )
-OVERLAY = "params_overlay.yaml"
-# The toy base's pretraining is not under test: a few steps on a small corpus keep the run short.
-SHORT_BASE = {
-    "toy_base": {"steps": 4, "warmup_steps": 1, "corpus_rows": {"main": 200, "Math": 100}, "report_rows": 10}
-}
 TRAINED_PROBE = {"train_local", "probe_routes", "retention"}
 # (dotted key, new value, rules that rerun): readers of the key and the jobs downstream of them.
 CHANGES = [
@@ -44,6 +38,7 @@ CHANGES = [
     ("training.sequence_length", 128, {"base_partition", *TRAINED_PROBE}),  # the base is probed again
     ("conditions.sft.settings", {"expert_bias_update_rate": 0}, TRAINED_PROBE),
     # Keys no job of the targets reads: before, whole sections in params reran these jobs.
+    ("toy_base.lbl_coefficient_by_model", {"deepseek_v2_lite": 0.1}, set()),  # another model's base
     ("probe.shuffle_seeds", [0, 1], set()),  # shuffled priors only
     ("training.parallelism.nodes", 2, set()),  # the Megatron backend only
     ("training.container", "envs/megatron.sif", set()),  # the Megatron rules' image
@@ -54,17 +49,20 @@ CHANGES = [
 ]
 
 
+def merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` merged into ``base`` key by key, as Snakemake merges config files."""
+    result = dict(base)
+    for key, value in update.items():
+        both = isinstance(value, dict) and isinstance(result.get(key), dict)
+        result[key] = merged(result[key], value) if both else value
+    return result
+
+
 def nested(dotted: str, value: Any) -> dict[str, Any]:
     """``a.b.c`` = value as ``{"a": {"b": {"c": value}}}``, an overlay Snakemake merges into the config."""
     for key in reversed(dotted.split(".")):
         value = {key: value}
     return value
-
-
-def with_overlay(workdir: Path, overlay: dict[str, Any]) -> list[str]:
-    """The toy profile plus ``overlay`` as a last config file in ``workdir``."""
-    (workdir / OVERLAY).write_text(yaml.safe_dump(overlay))
-    return [*TOY, "--configfiles", "profiles/local/toy.yaml", OVERLAY]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +82,7 @@ def test_an_unchanged_config_reruns_nothing(toy_run):
 @pytest.mark.slow
 @pytest.mark.parametrize(("key", "value", "rules"), CHANGES, ids=[key for key, _, _ in CHANGES])
 def test_a_changed_key_reruns_only_the_jobs_that_read_it(toy_run, key, value, rules):
-    overlay = {**SHORT_BASE, **nested(key, value)}
+    overlay = merged(SHORT_BASE, nested(key, value))
     jobs = dry_run(with_overlay(toy_run, overlay), *TARGETS, cwd=toy_run)
     assert {rule for rule, _ in jobs} == rules
 

@@ -280,11 +280,17 @@ def test_values_that_cannot_work_are_refused(paper_config, edit, message):
         validate_config(paper_config, str(SCHEMA))
 
 
+def test_toy_pretraining_balance_for_an_unknown_model_is_refused(toy_config):
+    toy_config["toy_base"]["lbl_coefficient_by_model"]["moonlite"] = 0.01
+    with pytest.raises(RegistryError, match=r"toy_base\.lbl_coefficient_by_model\.moonlite: unknown model"):
+        validate_config(toy_config, str(SCHEMA))
+
+
 def test_toy_warmup_longer_than_pretraining_is_refused(toy_config):
-    toy_config["toy_base"]["warmup_steps"] = toy_config["toy_base"]["steps"] + 1
-    with pytest.raises(
-        RegistryError, match=r"config key toy_base\.warmup_steps: 81 exceeds toy_base\.steps 80"
-    ):
+    steps = toy_config["toy_base"]["steps"]
+    toy_config["toy_base"]["warmup_steps"] = steps + 1
+    message = rf"config key toy_base\.warmup_steps: {steps + 1} exceeds toy_base\.steps {steps}"
+    with pytest.raises(RegistryError, match=message):
         validate_config(toy_config, str(SCHEMA))
 
 

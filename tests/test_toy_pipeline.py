@@ -154,8 +154,8 @@ def test_toy_base_has_routing_structure(toy_run):
 
     Thresholds: every domain's layer-averaged sharpness at least 0.3 (Moonlight 0.54 on math20k;
     a uniform router scores 0), math-code divergence at least 0.2 (Moonlight 0.37), and an
-    effective expert fraction below 0.8 in every domain (1 is uniform; the floor is k / E).
-    The random-initialised router, measured on the same rows, is nearly uniform.
+    effective expert fraction below 0.8 in every domain (1 is uniform; the floor is k / E), lower
+    than the random-initialised router's on the same rows: pretraining concentrates the routing.
     """
     report = json.loads((toy_run / "results/models/moonlight/routing_report.json").read_text())
     pretrained, initial = report["pretrained"], report["random_init"]
@@ -164,9 +164,8 @@ def test_toy_base_has_routing_structure(toy_run):
     assert min(d["sharpness_l1"] for d in domains) >= 0.3
     assert max(d["effective_expert_fraction"] for d in domains) < 0.8
     assert pretrained["divergence_l1"]["code-math"] >= 0.2
-    assert max(d["sharpness_l1"] for d in initial["domains"].values()) < min(
-        d["sharpness_l1"] for d in domains
-    )
+    initial_fraction = min(d["effective_expert_fraction"] for d in initial["domains"].values())
+    assert max(d["effective_expert_fraction"] for d in domains) < initial_fraction
 
 
 @pytest.mark.slow
@@ -182,16 +181,20 @@ def test_sft_moves_routing_away_from_the_base(toy_run):
 def _independently_correct(item: pd.Series, response: str) -> bool | None:
     """Whether ``response`` answers ``item``, judged without the project's graders (None: not judged).
 
-    Math: the integer in the last ``\\boxed{}`` equals the gold; multiple choice: the last
-    ``Answer: X`` line names the gold letter; code: the fenced program, run with the item's own
-    tests in a plain interpreter, passes; LiveBench reasoning: the bold triple is the gold.
+    Math (F.3's order): the last ``\\boxed{}``, else what follows ``####``, else the last number,
+    equal to the gold as an integer; multiple choice: the last ``Answer: X`` line names the gold
+    letter; code: the fenced program, run with the item's own tests in a plain interpreter,
+    passes; LiveBench reasoning: the bold triple is the gold.
     """
     import re
     import tempfile
 
-    if item["template"] == "math" or item["grader"] == "livebench" and item["benchmark"] == "livebench_math":
-        boxed = re.findall(r"\\boxed\{(-?\d+)\}", response)
-        return bool(boxed) and int(boxed[-1]) == int(item["answer"])
+    if item["template"] == "math" or item["benchmark"] == "livebench_math":
+        boxed = re.findall(r"\\boxed\{([^{}]*)\}", response)
+        after = response.rsplit("####", 1)[1] if "####" in response else None
+        final = boxed[-1] if boxed else after if after is not None else response
+        numbers = re.findall(r"-?\d+", final)
+        return bool(numbers) and int(numbers[-1 if not boxed and after is None else 0]) == int(item["answer"])
     if item["template"] == "multiple_choice":
         letters = re.findall(r"Answer: ([A-J])\b", response)
         return bool(letters) and letters[-1] == item["answer"]

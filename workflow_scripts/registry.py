@@ -210,6 +210,8 @@ def _check_schedule(config: Mapping[str, Any]) -> None:
 
 
 def _check_models(config: Mapping[str, Any]) -> None:
+    for name in sorted(config.get("toy_base", {}).get("lbl_coefficient_by_model", {})):
+        _known("model", name, config["models"], f"toy_base.lbl_coefficient_by_model.{name}")
     for name, model in sorted(config["models"].items()):
         if model["top_k"] > model["experts"]:
             raise RegistryError(
