@@ -71,7 +71,12 @@ def copy_checkout(destination: Path) -> Path:
     return destination
 
 
+def overlay_configfiles(workdir: Path, overlay: dict) -> list[str]:
+    """``--configfiles``: the toy overlay, then ``overlay`` written as a last config file in ``workdir``."""
+    (workdir / OVERLAY).write_text(yaml.safe_dump(overlay))
+    return ["--configfiles", "profiles/local/toy.yaml", OVERLAY]
+
+
 def with_overlay(workdir: Path, overlay: dict) -> list[str]:
     """The toy profile plus ``overlay`` as a last config file in ``workdir``."""
-    (workdir / OVERLAY).write_text(yaml.safe_dump(overlay))
-    return [*TOY, "--configfiles", "profiles/local/toy.yaml", OVERLAY]
+    return [*TOY, *overlay_configfiles(workdir, overlay)]

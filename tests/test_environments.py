@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dag import ROOT, copy_checkout
+from tests.dag import ROOT, SHORT_BASE, copy_checkout, with_overlay
 
 pytestmark = pytest.mark.envs
 
@@ -66,7 +66,7 @@ def test_every_conda_rule_names_a_stage_module_of_the_same_env():
 def test_a_toy_target_runs_every_rule_in_its_own_stage_environment(tmp_path):
     work = tmp_path / "repo"
     copy_checkout(work)
-    snakemake = [sys.executable, "-m", "snakemake", *TARGETS, "--profile", "profiles/local"]
+    snakemake = [sys.executable, "-m", "snakemake", *TARGETS, *with_overlay(work, SHORT_BASE)]
     snakemake += ["--sdm", "env-modules", "--config", "fork_server=False"]
     script = f"source {MODULES_INIT} && module use {work / 'envs' / 'modules'} && exec {' '.join(snakemake)}"
     env = {**os.environ, "RPB_VENVS": str(VENVS)}

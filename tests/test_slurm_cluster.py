@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dag import JOB_ENV, ROOT, copy_checkout
+from tests.dag import JOB_ENV, ROOT, SHORT_BASE, copy_checkout, overlay_configfiles, with_overlay
 
 pytestmark = pytest.mark.slurm
 
@@ -177,14 +177,15 @@ def ci_profile(cluster, paper, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def slurm_run(snapshot, ci_profile, tmp_path_factory) -> Run:
     profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
-    toy = ["--configfiles", "profiles/local/toy.yaml"]
-    return snakemake(workdir(snapshot, tmp_path_factory), TARGET, *profiles, *toy, *CI_FLAGS)
+    work = workdir(snapshot, tmp_path_factory)
+    return snakemake(work, TARGET, *profiles, *overlay_configfiles(work, SHORT_BASE), *CI_FLAGS)
 
 
 @pytest.fixture(scope="module")
 def local_run(snapshot, slurm_run, tmp_path_factory) -> Run:
     """The same target through the local profile, after the SLURM run so that the timings do not overlap."""
-    return snakemake(workdir(snapshot, tmp_path_factory), TARGET, "--profile", "profiles/local")
+    work = workdir(snapshot, tmp_path_factory)
+    return snakemake(work, TARGET, *with_overlay(work, SHORT_BASE))
 
 
 @pytest.fixture(scope="module")
