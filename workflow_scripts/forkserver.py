@@ -345,8 +345,9 @@ def serve(socket_path: str, parent: int) -> None:
 
     ``socket_path`` lies in a directory of its own, removed with the socket at exit; a stale socket
     found there is replaced. SIGINT, SIGTERM and SIGHUP stop the server; they are blocked while the
-    socket is bound and while it is removed, so a second signal (Ctrl-C reaches both Snakemake and
-    the server, whose onerror then sends SIGTERM) cannot cut the removal short.
+    socket is bound and while it is removed, and a stop signal after the first is ignored, so a
+    second signal (Ctrl-C reaches both Snakemake and the server, whose onerror then sends SIGTERM)
+    cannot cut the removal short, even when it arrives before the removal blocks them.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
     if remove_stale(socket_path):
@@ -355,8 +356,16 @@ def serve(socket_path: str, parent: int) -> None:
     listener.bind(socket_path)
     listener.listen(64)
     server = Server(listener, parent)
+    stopping: list[int] = []
+
+    def stop(number: int, _frame: object) -> None:
+        """Exit on the first stop signal; ignore later ones, which would cut the cleanup short."""
+        if not stopping:
+            stopping.append(number)
+            sys.exit(128 + number)
+
     for number in _STOPPING:
-        signal.signal(number, lambda number, _: sys.exit(128 + number))
+        signal.signal(number, stop)
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
         _preload()
