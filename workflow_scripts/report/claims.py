@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from workflow_scripts.report.render import fixed
 from workflow_scripts.report.routing_frames import retention_frame
 from workflow_scripts.report.routing_tables import performance_seeds, without_seeds
 from workflow_scripts.report.table import ReportInputs, Table, summarize_seeds
@@ -311,18 +312,13 @@ def claim_values(paper: Mapping[tuple[str, ...], Estimate], claim: Claim) -> dic
     return {(m, c, k, metric): v for (i, m, c, k, metric), v in paper.items() if i == claim.claim_id}
 
 
-def _number(value: float, digits: int, sign: bool = False) -> str:
-    rounded = round(value, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
-    return f"{rounded:+.{digits}f}" if sign else f"{rounded:.{digits}f}"
-
-
 def estimate_text(estimate: Estimate, digits: int, seeds: int) -> str:
     """``mean ± sd``, with the seed count where below ``seeds`` (0: never shown); ``missing`` if absent."""
     if estimate.missing:
         return MISSING
-    text = _number(estimate.mean, digits)
+    text = fixed(estimate.mean, digits)
     if not math.isnan(estimate.sd):
-        text += f" ± {_number(estimate.sd, digits)}"
+        text += f" ± {fixed(estimate.sd, digits)}"
     if estimate.n < seeds:
         text += f" (n={estimate.n})"
     return text
@@ -336,7 +332,7 @@ def outcome_text(outcome: Outcome, label: Callable[[str], str], seeds: int) -> s
     text = f"{label(outcome.corpus)}: {label(check.condition)} {a} vs {label(check.reference)} {b}"
     if outcome.holds is None:
         return f"{text} (missing)"
-    difference = _number(outcome.value.mean - outcome.reference.mean, digits, sign=True)
+    difference = fixed(outcome.value.mean - outcome.reference.mean, digits, sign=True)
     return f"{text} (Δ {difference} {HOLDS_MARK[outcome.holds]})"
 
 

@@ -43,7 +43,8 @@ def _digits(table: Table, column: str) -> int:
     return table.digits.get(column, DEFAULT_DIGITS)
 
 
-def _fixed(value: float, digits: int, sign: bool = False) -> str:
+def fixed(value: float, digits: int, sign: bool = False) -> str:
+    """``value`` at ``digits`` decimals (signed with ``sign``), never ``-0.0``; ``—`` for NaN."""
     if math.isnan(value):
         return "—"
     rounded = round(value, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
@@ -120,10 +121,10 @@ def _reproduced(cell: pd.Series | None, digits: int, bold: bool, most: int) -> s
     """``mean ± sd`` with the seed-count mark, the mean in bold where it is its block's best."""
     if cell is None or math.isnan(cell["value"]):
         return "—"
-    mean = _fixed(cell["value"], digits)
+    mean = fixed(cell["value"], digits)
     text = f"**{mean}**" if bold else mean
     if not math.isnan(cell["sd"]):
-        text += f" ± {_fixed(cell['sd'], digits)}"
+        text += f" ± {fixed(cell['sd'], digits)}"
     mark = _mark_of(int(cell["n"]), most)
     return text + (mark[0] if mark else "")
 
@@ -132,11 +133,11 @@ def _published(cell: pd.Series | None, digits: int) -> str:
     """``paper ± sd (Δ delta)``, or — where the paper prints no value."""
     if cell is None or math.isnan(cell["paper"]):
         return "—"
-    text = _fixed(cell["paper"], digits)
+    text = fixed(cell["paper"], digits)
     if not math.isnan(cell["paper_sd"]):
-        text += f" ± {_fixed(cell['paper_sd'], digits)}"
+        text += f" ± {fixed(cell['paper_sd'], digits)}"
     if not math.isnan(cell["delta"]):
-        text += f" (Δ {_fixed(cell['delta'], digits, sign=True)})"
+        text += f" (Δ {fixed(cell['delta'], digits, sign=True)})"
     return text
 
 
@@ -223,10 +224,10 @@ def _tex_cell(table: Table, row: Mapping, column: str, bold: bool, most: int) ->
     if pd.isna(value):
         return "--"
     digits = _digits(table, column)
-    mean = _fixed(float(value), digits)
+    mean = fixed(float(value), digits)
     text = rf"\mathbf{{{mean}}}" if bold else mean
     if not pd.isna(sd):
-        text += rf"_{{\pm {_fixed(float(sd), digits)}}}"
+        text += rf"_{{\pm {fixed(float(sd), digits)}}}"
     mark = _mark_of(int(n), most)
     if mark:
         text += rf"^{{{mark[1]}}}"
