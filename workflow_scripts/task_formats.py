@@ -25,6 +25,8 @@ CHOICE_USER = (
     "where X is the letter of the correct option ({letters})."
 )
 OPTION_LINE = "{letter}. {text}"
+# Option letters, up to MMLU-Pro's ten options.
+OPTION_LETTERS = "ABCDEFGHIJ"
 CODE_USER = "{task}\n\nWrite the complete solution in Python, in a single fenced ```python code block."
 # The code template's task block, by grader: what each benchmark supplies to the model.
 HUMANEVAL_TASK = "Complete the following Python function.\n\n```python\n{signature}\n```"

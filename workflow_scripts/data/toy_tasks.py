@@ -30,6 +30,7 @@ from workflow_scripts.task_formats import (
     LCB_GENERATION_TURN,
     MATH_USER,
     MBPP_TASK,
+    OPTION_LETTERS,
     WEB_OF_LIES_V2_INSTRUCTION,
     option_lines,
 )
@@ -49,7 +50,6 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "weather": ("rain", "snow", "fog", "hail", "wind", "thunder", "sleet", "drizzle"),
     "shape": ("circle", "square", "triangle", "hexagon", "oval", "cube", "sphere", "cone"),
 }
-OPTION_LETTERS = "ABCDEFGHIJ"
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.task_formats import OPTION_LETTERS
 
 ITEM_COLUMNS = ("item_id", "benchmark", "template", "grader", "prompt", "choices", "answer", "metadata")
-OPTION_LETTERS = "ABCDEFGHIJ"
 
 # The 19 STEM subjects of MMLU whose test rows make up MMLU-STEM (3,153 rows).
 MMLU_STEM_SUBJECTS = frozenset(
