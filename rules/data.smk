@@ -29,6 +29,7 @@ rule download_dataset:
 rule generate_toy_dataset:
     output:
         raw=layout.rule_path("raw", ".parquet"),
+        provenance=layout.rule_path("raw", ".provenance.json"),
     wildcard_constraints:
         dataset=sourced_from("toy", config["datasets"]),
     params:
@@ -45,7 +46,7 @@ rule generate_toy_dataset:
     shell:
         "python -m workflow_scripts data toy-raw --format {params.format} --subset {wildcards.subset:q}"
         " --rows {params.rows} --seed {params.seed} --bad-fraction {params.bad_fraction}"
-        " --out {output.raw:q} > {log:q} 2>&1"
+        " --out {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule build_corpus:

@@ -29,6 +29,7 @@ rule download_benchmark:
 rule toy_benchmark:
     output:
         raw=layout.rule_path("benchmark", name="raw.parquet"),
+        provenance=layout.rule_path("benchmark", name="raw.provenance.json"),
     wildcard_constraints:
         benchmark=sourced_from("toy", config["benchmarks"]),
     params:
@@ -42,7 +43,8 @@ rule toy_benchmark:
         "rpb/eval",
     shell:
         "python -m workflow_scripts evaluate toy-benchmark --benchmark {wildcards.benchmark}"
-        " --rows {params.rows} --seed {params.seed} --out {output.raw:q} > {log:q} 2>&1"
+        " --rows {params.rows} --seed {params.seed} --out {output.raw:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
 
 
 rule benchmark_items:

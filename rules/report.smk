@@ -15,6 +15,7 @@ rule table:
         ),
         md=layout.rule_path("table", ".md"),
         tex=layout.rule_path("table", ".tex"),
+        provenance=layout.rule_path("table", ".provenance.json"),
     wildcard_constraints:
         table=alternatives(config["tables"]),
     params:
@@ -31,7 +32,7 @@ rule table:
     shell:
         "python -m workflow_scripts report table --id {wildcards.table} --config {params.config:q}"
         " --results results --inputs {input.files:q} {params.reference}"
-        " --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q}"
+        " --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
 
 
@@ -40,6 +41,7 @@ rule figure_data:
         unpack(lambda w: report_inputs(w.figure)),
     output:
         data=layout.rule_path("figure", ".csv"),
+        provenance=layout.rule_path("figure", ".data-provenance.json"),
     wildcard_constraints:
         figure=alternatives(config["figures"]),
     params:
@@ -52,7 +54,8 @@ rule figure_data:
         "rpb/analysis",
     shell:
         "python -m workflow_scripts report figure-data --id {wildcards.figure} --config {params.config:q}"
-        " --results results --inputs {input.files:q} --data {output.data:q} > {log:q} 2>&1"
+        " --results results --inputs {input.files:q} --data {output.data:q} --provenance {output.provenance:q}"
+        " > {log:q} 2>&1"
 
 
 rule figure:
@@ -66,6 +69,7 @@ rule figure:
             labels={"figure": "{figure}"},
         ),
         pdf=layout.rule_path("figure", ".pdf"),
+        provenance=layout.rule_path("figure", ".provenance.json"),
     wildcard_constraints:
         figure=alternatives(config["figures"]),
     log:
@@ -76,4 +80,4 @@ rule figure:
         "rpb/analysis",
     shell:
         "python -m workflow_scripts report figure-plot --id {wildcards.figure} --data {input.data:q}"
-        " --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"
+        " --png {output.png:q} --pdf {output.pdf:q} --provenance {output.provenance:q} > {log:q} 2>&1"

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import load_config
 from tests.dag import JOB_ENV, ROOT
+from workflow_scripts import provenance
 
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", "*.egg-info"
@@ -56,8 +57,8 @@ def toy_run(tmp_path_factory) -> Path:
     return workdir
 
 
-def audit(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "workflow_scripts", "provenance", "audit", "table6", *args]
+def audit(workdir: Path, *args: str, output_id: str = "table6") -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "workflow_scripts", "provenance", "audit", output_id, *args]
     env = {**JOB_ENV, "PYTHONPATH": str(workdir)}
     return subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=600, env=env)
 
@@ -67,7 +68,11 @@ def test_audit_of_a_fresh_run_holds(toy_run):
     done = audit(toy_run)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "table6: everything recorded holds" in done.stdout
-    assert "recorded jobs" in done.stdout and "MISMATCH" not in done.stdout
+    assert "records and" in done.stdout and "MISMATCH" not in done.stdout
+    (entry,) = json.loads(audit(toy_run, "--json").stdout)
+    assert entry["holds"] and entry["records"] > 50 and entry["files"] > entry["records"]
+    snakemake(toy_run, "results/provenance/table6.audit.txt")  # the audit as a job (a nested dry run)
+    assert "table6: everything recorded holds" in (toy_run / "results/provenance/table6.audit.txt").read_text()
 
 
 def _flip_last_byte(path: Path) -> None:
@@ -126,6 +131,86 @@ def test_audit_names_a_changed_config_value(toy_run, tmp_path):
     done = audit(toy_run, "--config-files", "config.yaml", "profiles/local/toy.yaml", str(overlay))
     assert done.returncode == 2
     assert "MISMATCH config training.schedule.lr_max: training.schedule.lr_max: 0.001 -> 0.002" in done.stdout
+
+
+@pytest.fixture()
+def run_copy(toy_run, tmp_path) -> Path:
+    """A copy of the finished toy run (results, records, Snakemake's metadata) for a test to damage."""
+    return Path(shutil.copytree(toy_run, tmp_path / "rpb-repro", symlinks=True))
+
+
+def snakemake_fails(workdir: Path, *args: str) -> str:
+    """Run Snakemake expecting a job to refuse; its logs and messages, for the test to read."""
+    command = [sys.executable, "-m", "snakemake", *args, "--profile", "profiles/local"]
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1200, env=JOB_ENV)
+    assert done.returncode != 0, done.stdout[-2000:]
+    return done.stdout + done.stderr
+
+
+def mismatches(done: subprocess.CompletedProcess) -> list[str]:
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-2000:]
+    return [line for line in done.stdout.splitlines() if line.startswith("MISMATCH ")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("output", "edited", "producer"),
+    [
+        ("table6", "results/tables/table6.md", "results/tables/table6.provenance.json"),
+        ("figure2", "results/figures/figure2.csv", "results/figures/figure2.data-provenance.json"),
+    ],
+)
+def test_a_hand_edited_table_or_figure_is_refused_and_named(run_copy, output, edited, producer):
+    path, manifest = run_copy / edited, run_copy / f"results/provenance/{output}.json"
+    recorded = json.loads(manifest.read_text())
+    path.write_text(path.read_text().replace("0", "9", 1))
+    log = snakemake_fails(run_copy, str(manifest.relative_to(run_copy)))
+    assert f"{edited}: sha256" in log and producer in log and f"snakemake --forcerun {edited}" in log
+    # However the manifest is rebuilt over the edit (here by hand), the producer's record still disagrees.
+    recorded["inputs"][edited] = {
+        "path": edited,
+        "sha256": provenance.file_sha256(path),
+        "bytes": path.stat().st_size,
+    }
+    manifest.write_text(json.dumps(recorded))
+    found = mismatches(audit(run_copy, output_id=output))
+    assert any(line.startswith(f"MISMATCH file {edited}:") and producer in line for line in found), found
+
+
+@pytest.mark.slow
+def test_a_deleted_record_is_a_mismatch_naming_the_files_it_vouched_for(toy_run):
+    record = toy_run / "results/priors/moonlight/math20k/provenance.json"
+    original = record.read_bytes()
+    record.unlink()
+    try:
+        done = audit(toy_run)
+    finally:
+        record.write_bytes(original)
+    found = mismatches(done)
+    assert "MISMATCH record results/priors/moonlight/math20k/prior.npy: no readable record" in "\n".join(
+        found
+    )
+    assert audit(toy_run).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_stale_checkpoint_from_another_configuration_is_named_with_its_keys(run_copy, tmp_path):
+    """A checkpoint trained at lr_max 2e-3, with its own valid record, put where this config's (1e-3) was."""
+    from workflow_scripts.provenance.settings import current_commands
+
+    overlay = tmp_path / "lr.yaml"
+    overlay.write_text("training:\n  schedule: {lr_max: 2.0e-3}\n")
+    record = f"{CHECKPOINT}.provenance.json"
+    files = ["config.yaml", "profiles/local/toy.yaml", str(overlay)]
+    (train,) = [c for c in current_commands([CHECKPOINT], files, run_copy) if f"--provenance {record}" in c]
+    shutil.rmtree(run_copy / CHECKPOINT)
+    subprocess.run(train, shell=True, cwd=run_copy, check=True, env={**JOB_ENV, "PYTHONPATH": str(run_copy)})
+    snakemake(run_copy, "results/provenance/table6.json")  # probed, evaluated and tabled again, unaware
+    found = [line for line in mismatches(audit(run_copy)) if line.startswith("MISMATCH settings")]
+    assert found == [
+        f"MISMATCH settings {record}: train run ran with other settings: "
+        "training.schedule.lr_max: 0.002 -> 0.001"
+    ]
 
 
 @pytest.mark.slow

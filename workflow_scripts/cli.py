@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workflow_scripts.atomic import write_json
+from workflow_scripts.commands import recorded_arguments
 from workflow_scripts.errors import UserInputError
 
 STAGE_MODULES = (
@@ -56,9 +57,15 @@ def _path_arguments(args: argparse.Namespace, names: Sequence[str]) -> dict[str,
 
 
 def _verified_inputs(args: argparse.Namespace) -> dict[str, Any]:
-    """Digests of the inputs, each checked against the records that wrote it (hashed once, reused)."""
+    """Digests of the inputs, each checked against the records that wrote it (hashed once, reused).
+
+    A command started on many ranks (``train megatron``) takes the digests its one-process claim
+    took instead: hashing there would hold rank 0 back while the others wait in the process group.
+    """
     from workflow_scripts.provenance.verify import verify_inputs
 
+    if getattr(args, "claimed_digests", None):
+        return args.claimed_digests(args)
     return verify_inputs(_path_arguments(args, args.inputs), digest_all=bool(args.provenance))
 
 
@@ -76,11 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.provenance and leader:
         from workflow_scripts.provenance import build_record
 
-        skip = {"run", "inputs", "outputs", "provenance"}
-        arguments = {key: value for key, value in vars(args).items() if key not in skip}
         record = build_record(
             command=f"{args.stage} {args.command}",
-            arguments=arguments,
+            arguments=recorded_arguments(args),
             input_digests=input_digests,
             outputs=_path_arguments(args, args.outputs),
             started_utc=started_utc,

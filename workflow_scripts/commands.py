@@ -43,3 +43,12 @@ def json_argument(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from error
+
+
+def recorded_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments a provenance record keeps: every parsed option but the command's own plumbing.
+
+    The audit parses the command a rule would run today the same way, so the two compare key by key.
+    """
+    skip = {"run", "inputs", "outputs", "provenance", "claimed_digests"}
+    return {key: value for key, value in vars(args).items() if key not in skip}

@@ -1,18 +1,19 @@
 """Audit a table's or figure's recorded chain against the files, code, software and config as they are now.
 
-A manifest (``results/provenance/{id}.json``) lists the files its output was made from.
-Each of them was written by a job whose record (``*provenance*.json``) lists its own
-inputs, back to the raw data and the hub downloads, whose manifests carry the commit
-they resolved. The audit follows that chain from the records on disk, re-hashes every
-file it names, and compares each with every checksum recorded for it (by the job that
-wrote it and by each job that read it), each job's code version and package versions
-with the checkout and environments of today, and the manifest's config with the config
-files it was made from. Every difference is a finding, with the jobs it invalidates.
+A manifest (``results/provenance/{id}.json``) lists the files its output was made from;
+the job that wrote each one left a record (``*provenance*.json``) listing its own inputs,
+back to the raw data and the hub downloads' manifests. The audit follows that chain,
+re-hashes every file and compares it with every checksum recorded for it, requires a
+readable record of the job that wrote every file under the results root, compares each
+job's recorded arguments with those the current configuration gives it, and each job's
+code and package versions with today's. Every difference is a finding, with the jobs it
+invalidates (docs: provenance).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ print(json.dumps(versions))
 class Finding:
     """One difference between what was recorded and what is there now."""
 
-    kind: str  # file | code | software | config
+    kind: str  # file | record | settings | code | software | config
     subject: str
     detail: str
     jobs: tuple[str, ...] = ()  # the jobs whose results it invalidates (record paths, or "manifest")
@@ -57,7 +58,9 @@ class Chain:
     expected: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # path -> [(job, sha256)]
     readers: dict[str, set[str]] = field(default_factory=dict)  # path -> jobs reading it
     outputs: dict[str, set[str]] = field(default_factory=dict)  # job -> paths it wrote
+    producers: dict[str, str] = field(default_factory=dict)  # path -> the job that wrote it
     hub: dict[str, str] = field(default_factory=dict)  # downloaded path -> repo@commit
+    unreadable: dict[str, str] = field(default_factory=dict)  # record -> why it cannot be read
 
     def expect(self, path: str, job: str, digest: Mapping[str, Any], read: bool) -> None:
         if "sha256" in digest:
@@ -66,6 +69,7 @@ class Chain:
             self.readers.setdefault(path, set()).add(job)
         else:
             self.outputs.setdefault(job, set()).add(path)
+            self.producers[path] = job
 
     def downstream(self, path: str) -> set[str]:
         """Every job that read ``path`` or, transitively, anything written from it."""
@@ -77,6 +81,13 @@ class Chain:
                     found.add(job)
                     pending.extend(self.outputs.get(job, ()))
         return found
+
+    def invalidated_by(self, job: str) -> tuple[str, ...]:
+        """``job`` itself and every job downstream of what it wrote."""
+        found = {job}
+        for path in self.outputs.get(job, ()):
+            found |= self.downstream(path)
+        return tuple(sorted(found))
 
 
 def _hub_manifest(path: Path) -> tuple[Path, Mapping[str, Any]] | None:
@@ -122,6 +133,7 @@ def build_chain(manifest: Mapping[str, Any], root: Path) -> Chain:
             digest = hub.get("checkpoint") or {"sha256": hub["parquet_sha256"]}
             chain.expect(path, job, digest, read=False)
             chain.hub[path] = f"{hub['repo']}@{hub['revision_resolved']}"
+    chain.unreadable = {index.shown(path): reason for path, reason in index.unreadable.items()}
     return chain
 
 
@@ -138,6 +150,42 @@ def file_findings(chain: Chain) -> list[Finding]:
             else:
                 continue
             findings.append(Finding("file", path, detail, tuple(sorted(chain.downstream(path)))))
+    return findings
+
+
+def record_findings(chain: Chain, results: Path) -> list[Finding]:
+    """Records that cannot be read, and files under ``results`` that no record says a job wrote.
+
+    Everything under the results root is written by a job of the workflow, so a file there
+    whose producer left no (readable) record has no provenance to hold.
+    """
+    findings = [Finding("record", record, reason) for record, reason in sorted(chain.unreadable.items())]
+    for path in sorted(chain.expected):
+        if path not in chain.producers and Path(path).resolve().is_relative_to(results.resolve()):
+            detail = "no readable record of the job that wrote it"
+            findings.append(Finding("record", path, detail, tuple(sorted(chain.downstream(path)))))
+    return findings
+
+
+def settings_findings(chain: Chain, current: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
+    """Jobs whose recorded arguments differ from those the current configuration gives them.
+
+    ``current`` maps a record path to the arguments today's command for it would record
+    (``provenance.settings``); hub downloads carry a manifest, not arguments, and are skipped.
+    """
+    findings = []
+    for job, record in sorted(chain.records.items()):
+        if "arguments" not in record:
+            continue
+        now = current.get(os.path.normpath(job))
+        if now is None:
+            detail = "no job of the current configuration writes this record (a foreign or stale artefact)"
+            findings.append(Finding("settings", job, detail, chain.invalidated_by(job)))
+            continue
+        differences = config_differences(record["arguments"], now)
+        if differences:
+            detail = f"{record.get('command')} ran with other settings: " + "; ".join(differences)
+            findings.append(Finding("settings", job, detail, chain.invalidated_by(job)))
     return findings
 
 
@@ -232,25 +280,52 @@ def config_findings(manifest: Mapping[str, Any], current: Mapping[str, Any]) -> 
     ]
 
 
+@dataclass(frozen=True)
+class Current:
+    """What the audit compares with: the results root, the merged config and each job's arguments today."""
+
+    results: Path
+    config: Mapping[str, Any]
+    settings: Mapping[str, Mapping[str, Any]]  # record path -> arguments (provenance.settings)
+
+
 def audit(
-    manifest: Mapping[str, Any], root: Path, current_config: Mapping[str, Any]
+    manifest: Mapping[str, Any], root: Path, current: Current
 ) -> tuple[Chain, list[Finding], list[str]]:
     """The chain behind ``manifest``, every finding, and the environments that could not be checked."""
     chain = build_chain(manifest, root)
     software, absent = software_findings(chain)
     findings = (
         file_findings(chain)
+        + record_findings(chain, current.results)
+        + settings_findings(chain, current.settings)
         + code_findings(chain, code_version(root))
         + software
-        + config_findings(manifest, current_config)
+        + config_findings(manifest, current.config)
     )
     return chain, findings, absent
+
+
+def summary(output_id: str, chain: Chain, findings: list[Finding], absent: list[str]) -> dict[str, Any]:
+    """The audit of one output as data (``--json``): what was verified and every finding."""
+    return {
+        "output": output_id,
+        "records": len(chain.records),
+        "files": len(chain.expected),
+        "hub": dict(sorted(chain.hub.items())),
+        "environments_absent": absent,
+        "findings": [
+            {"kind": f.kind, "subject": f.subject, "detail": f.detail, "invalidates": list(f.jobs)}
+            for f in findings
+        ],
+        "holds": not findings,
+    }
 
 
 def report(output_id: str, chain: Chain, findings: list[Finding], absent: list[str]) -> str:
     """The audit as text: what was checked, each finding and what it invalidates, and the verdict."""
     files = len(chain.expected)
-    lines = [f"audit of {output_id}: {len(chain.records)} recorded jobs, {files} files re-hashed"]
+    lines = [f"audit of {output_id}: {len(chain.records)} records and {files} files verified"]
     lines += [f"  hub: {path} from {origin}" for path, origin in sorted(chain.hub.items())]
     lines += [f"  not checkable here (environment absent): {prefix}" for prefix in absent]
     for finding in findings:

@@ -1,11 +1,12 @@
 """``provenance`` stage: the manifest that says what produced a table or figure, and its audit.
 
-python -m workflow_scripts provenance audit table5     # exit 0: everything recorded holds
+python -m workflow_scripts provenance audit table5 figure1   # exit 0: everything recorded holds
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -47,33 +48,51 @@ def manifest(args: argparse.Namespace) -> None:
     write_json(args.out, build_manifest(args))
 
 
-def run_audit(args: argparse.Namespace) -> None:
-    """Print the audit of one output; any mismatch is an error (exit status 2)."""
-    from workflow_scripts import registry
+def _read_manifest(results: str, output_id: str) -> dict[str, Any]:
     from workflow_scripts.layout import manifest_path
-    from workflow_scripts.provenance.audit import audit, merged_config, report
 
-    path = manifest_path(args.results, args.output_id)
+    path = manifest_path(results, output_id)
     try:
-        recorded = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise UserInputError(
             f"{path}: no readable manifest ({error}); build it first: snakemake {path}"
         ) from error
-    config_files = args.config_files or list(recorded.get("config_files", {}))
+
+
+def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> None:
+    """Audit each output; print text (or ``--json``); any mismatch is an error (exit status 2).
+
+    ``stages`` is the entry point's stage action: its parsers read the commands rules run today.
+    """
+    from workflow_scripts import registry
+    from workflow_scripts.layout import manifest_path
+    from workflow_scripts.provenance.audit import Current, audit, merged_config, report, summary
+    from workflow_scripts.provenance.settings import current_commands, settings_by_record
+
+    manifests = {output_id: _read_manifest(args.results, output_id) for output_id in args.output_ids}
+    first = manifests[args.output_ids[0]]
+    config_files = args.config_files or list(first.get("config_files", {}))
     if not config_files:
-        raise UserInputError(f"{path}: records no config files; name them with --config-files")
-    current = merged_config(config_files)
-    registry.cap_seeds(current)
-    chain, findings, absent = audit(recorded, Path.cwd(), current)
-    text = report(args.output_id, chain, findings, absent)
-    print(text, end="")
-    if findings:
-        raise UserInputError(
-            f"{args.output_id}: {len(findings)} mismatch(es) against its recorded provenance"
-        )
+        first_path = manifest_path(args.results, args.output_ids[0])
+        raise UserInputError(f"{first_path}: records no config files; name them with --config-files")
+    config = merged_config(config_files)
+    registry.cap_seeds(config)
+    targets = [str(manifest_path(args.results, output_id)) for output_id in args.output_ids]
+    settings = settings_by_record(current_commands(targets, config_files, Path.cwd()), stages.choices)
+    current = Current(results=Path(args.results), config=config, settings=settings)
+    texts, summaries = [], []
+    for output_id, recorded in manifests.items():
+        chain, findings, absent = audit(recorded, Path.cwd(), current)
+        texts.append(report(output_id, chain, findings, absent))
+        summaries.append(summary(output_id, chain, findings, absent))
+    print(json.dumps(summaries, indent=2) if args.json else "".join(texts), end="\n" if args.json else "")
+    failed = [entry["output"] for entry in summaries if not entry["holds"]]
+    if failed:
+        count = sum(len(entry["findings"]) for entry in summaries)
+        raise UserInputError(f"{', '.join(failed)}: {count} mismatch(es) against the recorded provenance")
     if args.out:
-        write_text(args.out, text)
+        write_text(args.out, "".join(texts))
 
 
 def register(stages: argparse._SubParsersAction) -> None:
@@ -83,6 +102,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "manifest",
         manifest,
         help="checksum every input of one table or figure and gather the records that produced them",
+        inputs=("inputs_list",),
         outputs=("out",),
     )
     parser.add_argument("--output-id", required=True, help="table or figure id, e.g. table5")
@@ -99,7 +119,12 @@ def register(stages: argparse._SubParsersAction) -> None:
 
     summary = "re-check one table's or figure's recorded chain: files, code, software, config"
     checker = commands.add_parser("audit", help=summary, description=__doc__)
-    checker.add_argument("output_id", metavar="OUTPUT", help="table or figure id, e.g. table5")
+    checker.add_argument(
+        "output_ids", nargs="+", metavar="OUTPUT", help="table or figure ids, e.g. table5 figure1"
+    )
+    checker.add_argument(
+        "--json", action="store_true", help="print the audit as JSON (one object per output)"
+    )
     checker.add_argument("--results", default="results", help="results root (default: results)")
     checker.add_argument(
         "--config-files", nargs="*", help="config files to compare with (default: those the manifest records)"
@@ -107,4 +132,5 @@ def register(stages: argparse._SubParsersAction) -> None:
     checker.add_argument(
         "--out", help="write the report here when everything holds (the check rule's output)"
     )
-    checker.set_defaults(run=run_audit, provenance=None, inputs=(), outputs=())
+    audit_with_parsers = functools.partial(run_audit, stages=stages)
+    checker.set_defaults(run=audit_with_parsers, provenance=None, inputs=(), outputs=())

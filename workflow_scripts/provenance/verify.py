@@ -38,17 +38,30 @@ def _read_record(path: Path) -> Mapping[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:  # ValueError: bad JSON or bad UTF-8
-        raise UserInputError(f"{path}: unreadable provenance record ({error})") from error
-    return record if isinstance(record, dict) else {}
+        raise UnreadableRecord(f"{path}: unreadable provenance record ({error})") from error
+    if not isinstance(record, dict):
+        raise UnreadableRecord(f"{path}: unreadable provenance record (not a JSON object)")
+    return record
 
 
-def _directory_outputs(directory: Path) -> dict[str, list[RecordedOutput]]:
-    """Outputs the records in ``directory`` list, by absolute path (records keep paths as given)."""
+class UnreadableRecord(UserInputError):
+    """A provenance record that exists but cannot be parsed: its job's outputs cannot be vouched for."""
+
+
+def _directory_outputs(directory: Path, unreadable: dict[Path, str]) -> dict[str, list[RecordedOutput]]:
+    """Outputs the records in ``directory`` list, by absolute path (records keep paths as given).
+
+    A record that cannot be read is kept in ``unreadable`` (path -> reason) instead of being skipped.
+    """
     outputs: dict[str, list[RecordedOutput]] = {}
     for path in sorted(directory.glob(RECORD_PATTERN)):
         if not path.is_file():
             continue
-        record = _read_record(path)
+        try:
+            record = _read_record(path)
+        except UnreadableRecord as error:
+            unreadable[path] = str(error)
+            continue
         listed = record.get("outputs")
         for digest in listed.values() if isinstance(listed, dict) else ():
             if isinstance(digest, dict) and "path" in digest and "sha256" in digest:
@@ -65,10 +78,15 @@ def _search_directories(path: str, root: Path) -> list[Path]:
 
 
 class RecordIndex:
-    """Records found beside inputs, each directory listed and each record parsed once."""
+    """Records found beside inputs, each directory listed and each record parsed once.
+
+    Records that cannot be read are collected in ``unreadable`` (record path -> reason):
+    a job refuses its inputs over them, the audit reports them as mismatches.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.unreadable: dict[Path, str] = {}
         self._outputs: dict[Path, dict[str, list[RecordedOutput]]] = {}
 
     def recorded(self, path: str) -> list[RecordedOutput]:
@@ -77,7 +95,7 @@ class RecordIndex:
         found = []
         for directory in _search_directories(path, self.root):
             if directory not in self._outputs:
-                self._outputs[directory] = _directory_outputs(directory)
+                self._outputs[directory] = _directory_outputs(directory, self.unreadable)
             found.extend(self._outputs[directory].get(key, []))
         return found
 
@@ -108,6 +126,8 @@ def verify_inputs(inputs: Mapping[str, str], digest_all: bool) -> dict[str, dict
     digests = {}
     for name, path in inputs.items():
         entries = index.recorded(path)
+        if index.unreadable:
+            raise UnreadableRecord(next(iter(index.unreadable.values())))
         if not (entries or digest_all):
             continue
         digests[name] = path_digest(path)
