@@ -72,7 +72,8 @@ def test_audit_of_a_fresh_run_holds(toy_run):
     (entry,) = json.loads(audit(toy_run, "--json").stdout)
     assert entry["holds"] and entry["records"] > 50 and entry["files"] > entry["records"]
     snakemake(toy_run, "results/provenance/table6.audit.txt")  # the audit as a job (a nested dry run)
-    assert "table6: everything recorded holds" in (toy_run / "results/provenance/table6.audit.txt").read_text()
+    job_report = (toy_run / "results/provenance/table6.audit.txt").read_text()
+    assert "table6: everything recorded holds" in job_report
 
 
 def _flip_last_byte(path: Path) -> None:
