@@ -280,6 +280,32 @@ def test_values_that_cannot_work_are_refused(paper_config, edit, message):
         validate_config(paper_config, str(SCHEMA))
 
 
+@pytest.mark.parametrize("key", ["shuffle_seeds", "detector_seeds", "edge_fraction_sweep"])
+def test_an_empty_probe_list_is_refused_before_any_job(paper_config, key):
+    """Empty, the shuffled-prior rules fail inside probe.smk, or retention averages over nothing."""
+    paper_config["probe"][key] = []
+    with pytest.raises(RegistryError, match=rf"probe\.{key}"):
+        validate_config(paper_config, str(SCHEMA))
+
+
+def test_an_empty_shuffle_seed_list_stops_the_dry_run_naming_the_key(tmp_path):
+    overlay = tmp_path / "empty.yaml"
+    overlay.write_text("probe: {shuffle_seeds: []}\n")
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-n",
+        *TOY,
+        "--configfiles",
+        "profiles/local/toy.yaml",
+        str(overlay),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "probe.shuffle_seeds" in done.stdout + done.stderr
+    assert "IndexError" not in done.stdout + done.stderr
+
+
 def test_toy_pretraining_balance_for_an_unknown_model_is_refused(toy_config):
     toy_config["toy_base"]["lbl_coefficient_by_model"]["moonlite"] = 0.01
     with pytest.raises(RegistryError, match=r"toy_base\.lbl_coefficient_by_model\.moonlite: unknown model"):
