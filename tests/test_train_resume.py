@@ -193,3 +193,15 @@ def test_shuffled_prior_is_checked_against_its_shuffle_record(training_inputs, t
     done = short_run(training_inputs, tmp_path / "c", within, meta, "shuffled_within")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "c").is_dir()
+
+
+def test_a_sequence_length_that_keeps_no_answer_is_refused_naming_the_key(training_inputs, tmp_path):
+    """Four tokens hold no answer of any row: training would run every step on zero answer tokens."""
+    out = tmp_path / "out"
+    arguments = sft_command(training_inputs, training_inputs["split"], out)
+    arguments[arguments.index("--training") + 1] = json.dumps({**TRAINING, "sequence_length": 4})
+    done = subprocess.run(arguments, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    refusal = "config key training.sequence_length: 4 tokens keep no answer token of any of the 24 rows"
+    assert refusal in done.stderr
+    assert not out.exists() and not Path(f"{out}.log.jsonl").exists()

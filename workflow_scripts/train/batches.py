@@ -62,6 +62,15 @@ def encode_rows(
     return examples
 
 
+def rows_without_answer(examples: Sequence[Example]) -> int:
+    """How many rows keep no answer (A-span) token after truncation.
+
+    When it is every row, an answer-only loss trains on nothing while every loss stays
+    finite, so the caller refuses such a sequence length instead.
+    """
+    return sum(A_SPAN not in example.span_ids for example in examples)
+
+
 def labels_for(example: Example, label_mode: str) -> list[int]:
     """Per-token labels (unshifted): the answer (``answer``) or every token (``all``).
 

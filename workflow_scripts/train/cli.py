@@ -134,7 +134,7 @@ def run_train(args: argparse.Namespace) -> None:
     from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
     from workflow_scripts.routing.hf import find_gates
     from workflow_scripts.train import checkpoint
-    from workflow_scripts.train.batches import encode_rows
+    from workflow_scripts.train.batches import encode_rows, rows_without_answer
     from workflow_scripts.train.loop import train, write_log
 
     config = train_config(args.training)
@@ -151,6 +151,11 @@ def run_train(args: argparse.Namespace) -> None:
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     max_length = int(args.training["sequence_length"])
     examples = encode_rows(tokenizer, split["prompt"].tolist(), split["answer"].tolist(), max_length)
+    if examples and rows_without_answer(examples) == len(examples):
+        raise UserInputError(
+            f"config key training.sequence_length: {max_length} tokens keep no answer token of any of the "
+            f"{len(examples)} rows of {args.split}: the prompts alone fill it; raise it"
+        )
     prior = load_prior(args.prior) if args.prior else None
     run_key = resume_key(args, ("base", "split", "prior", "prior_meta"))
     resume_dir = checkpoint.resume_dir_for(args.out)
