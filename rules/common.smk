@@ -95,6 +95,12 @@ MEGATRON_ALLOCATION = dict(
 # The Megatron rules run in an apptainer image (training.container) or, without one, in their conda env.
 MEGATRON_CONTAINER = config["training"]["container"]
 MEGATRON_CONDA = None if MEGATRON_CONTAINER else "../envs/megatron.yaml"
+MEGATRON_MODULES = [] if MEGATRON_CONTAINER else ["rpb/megatron"]
+# The image has no SLURM, so the two launch rules are not wrapped in it (no container directive);
+# their one-process steps enter the image themselves, and the launch runs
+# `srun ... apptainer exec --nv <image> torchrun ...` (train/megatron/launch.py).
+MEGATRON_IN_IMAGE = f"apptainer exec {shlex.quote(MEGATRON_CONTAINER)} " if MEGATRON_CONTAINER else ""
+MEGATRON_LAUNCH_IMAGE = f" --container {shlex.quote(MEGATRON_CONTAINER)}" if MEGATRON_CONTAINER else ""
 # A probed run is the base model or one trained (condition, seed).
 PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
 # An evaluated run is the base model (once, not per corpus) or one trained (corpus, condition, seed).

@@ -52,7 +52,7 @@ rule megatron_import:
     conda:
         MEGATRON_CONDA
     envmodules:
-        "rpb/megatron",
+        *MEGATRON_MODULES,
     cache: True  # deterministic and expensive: reusable between workflows (--cache)
     container: MEGATRON_CONTAINER
     shell:
@@ -70,7 +70,7 @@ rule chat_dataset:
     conda:
         MEGATRON_CONDA
     envmodules:
-        "rpb/megatron",
+        *MEGATRON_MODULES,
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train chat-dataset --split {input.split:q} --out {output.dataset:q} > {log:q} 2>&1"
@@ -79,6 +79,9 @@ rule chat_dataset:
 # One job holds the whole allocation: `srun` starts one torchrun per node (c10d rendezvous on the
 # first node); a rerun of a killed, preempted or requeued job resumes from the newest complete
 # checkpoint in results/megatron/work/..., which is not a declared output and so survives failures.
+# The claim runs once, before the launch: it checks and hashes the inputs (tens of GB at paper
+# scale) so that no rank does while the others wait in the process group. No container directive:
+# the launch runs on the host, where srun is, and enters the image per rank (MEGATRON_LAUNCH_IMAGE).
 rule train_megatron:
     input:
         unpack(condition_prior),
@@ -108,6 +111,8 @@ rule train_megatron:
         ),
         nodes=PARALLELISM["nodes"],
         gpus=PARALLELISM["gpus_per_node"],
+        in_image=MEGATRON_IN_IMAGE,
+        image=MEGATRON_LAUNCH_IMAGE,
     resources:
         **MEGATRON_ALLOCATION,
     log:
@@ -115,23 +120,24 @@ rule train_megatron:
     conda:
         MEGATRON_CONDA
     envmodules:
-        "rpb/megatron",
-    container: MEGATRON_CONTAINER
+        *MEGATRON_MODULES,
     shell:
-        "(python -m workflow_scripts train megatron-claim {params.run}"
+        "({params.in_image}python -m workflow_scripts train megatron-claim {params.run}"
         " && python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
-        " --launcher {resources.mpi} -- train megatron {params.run} --moe-layers {params.moe_layers}"
+        " --launcher {resources.mpi}{params.image} -- train megatron {params.run} --moe-layers {params.moe_layers}"
         " --out {output.megatron:q} --record {output.record:q} --provenance {output.provenance:q}) > {log:q} 2>&1"
 
 
-# The training rule's allocation and launch line with a rendezvous report instead of training:
-# `snakemake --profile slurm results/megatron/launch_check.txt` before spending GPU-days.
+# The training rule's allocation and launch line (container included) with a rendezvous report
+# instead of training: `snakemake --profile slurm results/megatron/launch_check.txt` before
+# spending GPU-days. The report lists every rank's node, CPUs and container.
 rule megatron_launch_check:
     output:
         report=layout.rule_path("megatron_check"),
     params:
         nodes=PARALLELISM["nodes"],
         gpus=PARALLELISM["gpus_per_node"],
+        image=MEGATRON_LAUNCH_IMAGE,
     resources:
         **MEGATRON_ALLOCATION,
     log:
@@ -139,11 +145,10 @@ rule megatron_launch_check:
     conda:
         MEGATRON_CONDA
     envmodules:
-        "rpb/megatron",
-    container: MEGATRON_CONTAINER
+        *MEGATRON_MODULES,
     shell:
         "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
-        " --launcher {resources.mpi} -- train megatron-rendezvous --out {output.report:q} > {log:q} 2>&1"
+        " --launcher {resources.mpi}{params.image} -- train megatron-rendezvous --out {output.report:q} > {log:q} 2>&1"
 
 
 rule export_megatron:
@@ -161,7 +166,7 @@ rule export_megatron:
     conda:
         MEGATRON_CONDA
     envmodules:
-        "rpb/megatron",
+        *MEGATRON_MODULES,
     container: MEGATRON_CONTAINER
     shell:
         "python -m workflow_scripts train megatron-export --hf-base {input.hf_base:q} --megatron {input.megatron:q}"

@@ -40,9 +40,12 @@ def dry_run(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[tuple[s
     return jobs
 
 
-def printed_job(target: str, rule: str) -> tuple[str, str]:
-    """The paper-scale dry run of ``target`` with commands printed: ``rule``'s resources and shell command."""
-    command = [sys.executable, "-m", "snakemake", target, "-n", "-p", *PAPER]
+def printed_job(target: str, rule: str, *extra: str) -> tuple[str, str]:
+    """The paper-scale dry run of ``target`` with commands printed: ``rule``'s resources and shell command.
+
+    ``extra``: more Snakemake arguments, e.g. ``--configfiles`` with an overlay.
+    """
+    command = [sys.executable, "-m", "snakemake", target, "-n", "-p", *PAPER, *extra]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     job = done.stdout[done.stdout.index(f"rule {rule}:") :]

@@ -176,6 +176,66 @@ def test_paper_training_job_requests_the_configured_nodes_and_launches_one_torch
     assert "-- train megatron --hf-base results/models/moonlight/base" in command
 
 
+@pytest.mark.parametrize(
+    ("target", "rule"),
+    [
+        ("results/megatron/moonlight/base", "megatron_import"),
+        ("results/checkpoints/moonlight/math20k/rpb/s42", "export_megatron"),
+    ],
+)
+def test_paper_import_and_export_run_on_one_gpu(target, rule):
+    """Both build the model in one process with CUDA state and Transformer Engine's layers."""
+    resources, _ = printed_job(target, rule)
+    assert re.search(r"\bgpu=1\b", resources), resources
+
+
+def test_with_a_container_srun_stays_on_the_host_and_each_torchrun_runs_in_the_image(tmp_path):
+    """NVIDIA's image has no SLURM: the launch rules are not wrapped in it, their steps enter it."""
+    overlay = tmp_path / "container.yaml"
+    overlay.write_text("training:\n  container: envs/megatron.sif\n")
+    extra = ("--configfiles", "config.yaml", str(overlay))
+    target = "results/megatron/trained/moonlight/math20k/rpb/s42"
+    _, command = printed_job(target, "train_megatron", *extra)
+    claim, launch = command.split(" && ", 1)
+    assert claim.startswith(
+        "Shell command: (apptainer exec envs/megatron.sif python -m workflow_scripts train megatron-claim "
+    )
+    assert launch.startswith("python -m workflow_scripts train megatron-launch ")
+    assert " --launcher srun --container envs/megatron.sif -- train megatron " in launch
+    _, check = printed_job("results/megatron/launch_check.txt", "megatron_launch_check", *extra)
+    assert check.startswith("Shell command: python -m workflow_scripts train megatron-launch ")
+    assert " --container envs/megatron.sif -- train megatron-rendezvous " in check
+    containers = rule_containers(extra[1:])
+    assert containers["train_megatron"] is containers["megatron_launch_check"] is None
+    assert containers["megatron_import"] == containers["export_megatron"] == "envs/megatron.sif"
+
+
+# Prints each rule's container: directive as Snakemake parsed it (argv: the config files).
+_RULE_CONTAINERS = """
+import sys
+from pathlib import Path
+
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, ResourceSettings
+
+with SnakemakeApi() as api:
+    files = [Path(path) for path in sys.argv[1:]]
+    config = ConfigSettings(configfiles=files)
+    workflow = api.workflow(ResourceSettings(), config, snakefile=Path("Snakefile"))
+    for rule in workflow._workflow.rules:
+        print(f"container {rule.name}={rule.container_img or ''}")
+"""
+
+
+def rule_containers(configfiles: tuple[str, ...]) -> dict[str, str | None]:
+    """The ``container:`` each rule declares under ``configfiles`` (``None``: it has none)."""
+    command = [sys.executable, "-c", _RULE_CONTAINERS, *configfiles]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.findall(r"^container (\w+)=(.*)$", done.stdout, re.MULTILINE)
+    return {rule: image or None for rule, image in found}
+
+
 def test_paper_scale_all_downloads_generates_and_scores_every_evaluated_cell(paper_all):
     """Every evaluation of the registry: a vLLM generation job, then a grading job, on hub benchmarks."""
     config = load_config(toy=False)

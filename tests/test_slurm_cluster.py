@@ -4,7 +4,9 @@ Table 14's toy closure (trainings, base probes, shuffled priors, generations, sc
 runs through the SLURM executor with the paper profile in one copy of the checkout and through
 the local profile in another. sacct must then show every job with its rule's request from the
 paper profile, the outputs must match byte for byte, no SLURM job may have run in the local
-fork server, and the Megatron launch check must get two nodes with one torchrun each.
+fork server, and the Megatron launch check must get two nodes with one torchrun each, its
+srun step the rule's CPUs and GPUs, plainly and with training.container set (a stand-in for
+apptainer, tests/cluster/bin/apptainer, stands for NVIDIA's image: no SLURM inside it).
 Run by tests/run_slurm.sh, which brings the cluster up and always tears it down.
 
 The CI cluster's account and partition reach the jobs through a second profile layered after the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import re
 import shlex
 import shutil
@@ -48,6 +51,8 @@ PROFILE = "slurm" if (ROOT / "slurm").exists() else "profiles/slurm"
 CI_FLAGS = ["--sdm", "apptainer", "--slurm-init-seconds-before-status-checks", "5"]
 # The launch check at two nodes of two gloo ranks each: torchrun on CPU starts that many processes.
 TWO_NODES = {"training": {"parallelism": {"nodes": 2, "gpus_per_node": 2}}}
+# The container form: an empty file as the image, run by the stand-in for apptainer first on PATH.
+STAND_IN = Path("tests/cluster/bin")
 # Provenance fields that describe the run rather than the result: a SLURM and a local run differ there.
 RUN_FIELDS = ("started_utc", "wall_seconds", "slurm_job_id")
 TIMEOUT = 1800
@@ -93,13 +98,13 @@ class Run:
         return re.search(r"SLURM run ID: (\S+)", self.output).group(1)
 
 
-def snakemake(workdir: Path, *args: str) -> Run:
+def snakemake(workdir: Path, *args: str, env: dict[str, str] = JOB_ENV) -> Run:
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     begin = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
         cwd=workdir,
-        env=JOB_ENV,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -277,12 +282,26 @@ def test_no_slurm_job_ran_in_the_fork_server(slurm_run, local_run):
         assert [line for line in lines if " refused " in line and "slurm_job" in line]
 
 
-def test_launch_check_spans_two_nodes_with_one_torchrun_each(snapshot, ci_profile, tmp_path_factory):
-    overlay = tmp_path_factory.mktemp("overlay") / "two_nodes.yaml"
-    overlay.write_text(yaml.safe_dump(TWO_NODES))
+@pytest.mark.parametrize("form", ["plain", "container"])
+def test_launch_check_spans_two_nodes_with_one_torchrun_each(
+    form, snapshot, paper, ci_profile, tmp_path_factory
+):
+    work = workdir(snapshot, tmp_path_factory)
+    overlay, env = dict(TWO_NODES), JOB_ENV
+    if form == "container":
+        image = work / "megatron-stand-in.sif"
+        image.touch()
+        overlay = {"training": {**TWO_NODES["training"], "container": str(image)}}
+        log = work / "apptainer.log"
+        env = {
+            **JOB_ENV,
+            "PATH": f"{work / STAND_IN}{os.pathsep}{JOB_ENV['PATH']}",
+            "RPB_APPTAINER_LOG": str(log),
+        }
+    (work / "two_nodes.yaml").write_text(yaml.safe_dump(overlay))
     profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
-    flags = [*profiles, "--configfiles", str(overlay), *CI_FLAGS, "--verbose"]
-    run = snakemake(workdir(snapshot, tmp_path_factory), LAUNCH_CHECK, *flags)
+    flags = [*profiles, "--configfiles", "two_nodes.yaml", *CI_FLAGS, "--verbose"]
+    run = snakemake(work, LAUNCH_CHECK, *flags, env=env)
     # The executor's request: both nodes, one task per node, the rule's GPUs per node.
     submitted = shlex.split(re.search(r"sbatch call: (.*?) --wrap=", run.output).group(1))
     assert {"--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--gres=gpu:2"} <= set(submitted), submitted
@@ -297,17 +316,27 @@ def test_launch_check_spans_two_nodes_with_one_torchrun_each(snapshot, ci_profil
     assert (job["State"], job["NNodes"]) == ("COMPLETED", "2")
     asked = tres(job["ReqTRES"])
     assert (asked["node"], asked["gres/gpu"]) == (2, 4)
-    steps = sacct("--jobs", job["JobID"], fields=("JobName", "NNodes", "NTasks", "NodeList"))
-    assert {"JobName": "torchrun", "NNodes": "2", "NTasks": "2", "NodeList": job["NodeList"]} in steps
+    # The srun step: one task on each node with the rule's CPUs per task and GPUs per node (the
+    # plugin strips SLURM_CPUS_PER_TASK, so srun's default would be one CPU per task).
+    cpus = requested(paper, "megatron_launch_check")["cpus_per_task"]
+    steps = sacct("--jobs", job["JobID"], fields=("JobName", "NNodes", "NTasks", "NodeList", "AllocTRES"))
+    step_name = "apptainer" if form == "container" else "torchrun"
+    (step,) = [step for step in steps if step["JobName"] == step_name]
+    assert (step["NNodes"], step["NTasks"], step["NodeList"]) == ("2", "2", job["NodeList"]), steps
+    step_tres = tres(step["AllocTRES"])
+    assert (step_tres["cpu"], step_tres.get("gres/gpu")) == (2 * cpus, 4), step
     hosts = command("scontrol", "show", "hostnames", job["NodeList"]).split()
     head = hosts[0]
     launch = (run.workdir / "logs/megatron/launch_check.log").read_text()
     assert f"--rdzv-endpoint={head}:29500 --rdzv-id={job['JobID']} " in launch, launch
-    # The report: every rank with its node rank and local rank, one node rank on each allocated node.
+    assert f"--cpus-per-task={cpus} --gres=gpu:2 " in launch, launch
+    # The report: every rank with its node rank, local rank and container, one node rank on each node.
     lines = (run.workdir / LAUNCH_CHECK).read_text().splitlines()
     world = re.fullmatch(r"world 4 rendezvous (\S+):(\d+) backend gloo", lines[0])
     assert world, lines[0]
-    rank_line = re.compile(r"rank (\d) node_rank (\d) local_rank (\d) host \S+ slurm_node (\S+)")
+    rank_line = re.compile(
+        r"rank (\d) node_rank (\d) local_rank (\d) host \S+ slurm_node (\S+) cpus \d+ container (\S+)"
+    )
     ranks = [rank_line.fullmatch(line) for line in lines[1:]]
     assert all(ranks), lines
     assert [int(rank[1]) for rank in ranks] == [0, 1, 2, 3]
@@ -317,7 +346,17 @@ def test_launch_check_spans_two_nodes_with_one_torchrun_each(snapshot, ci_profil
     assert {placement[0, 0], placement[1, 0]} == set(hosts)
     # torchrun's worker address is node rank 0's own name; here every node name resolves to this machine.
     assert socket.gethostbyname(world[1]) == socket.gethostbyname(head)
-    print(f"\nlaunch check (job {job['JobID']} on {job['NodeList']}):\n" + "\n".join(lines))
+    if form == "container":
+        # srun on the host, then each node's torchrun inside the image (with the GPUs), never srun in it.
+        assert f" --gres=gpu:2 apptainer exec --nv {image} torchrun --nnodes=2 " in launch, launch
+        assert {rank[5] for rank in ranks} == {str(image.resolve())}
+        execs = log.read_text().splitlines()
+        assert len(execs) == 2 and all(" nv=1 step=0 " in line for line in execs), execs
+        assert {line.split(" node=")[1].split()[0] for line in execs} == set(hosts)
+        assert all(line.split(" command=")[1].startswith("torchrun ") for line in execs), execs
+    else:
+        assert {rank[5] for rank in ranks} == {"none"}
+    print(f"\nlaunch check, {form} (job {job['JobID']} on {job['NodeList']}):\n" + "\n".join(lines))
 
 
 def test_slurm_overhead_per_job(slurm_run, local_run):

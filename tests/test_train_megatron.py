@@ -212,9 +212,18 @@ def test_finish_moves_the_final_checkpoint_with_its_own_tracker(tmp_path):
 
 def test_launch_line_runs_one_torchrun_per_node_with_a_c10d_rendezvous():
     entry = ["train", "megatron", "--seed", "42"]
-    command = torchrun_command(16, 8, entry, "srun", head="gpu-a17", port=29500, job_id="991")
-    assert command[:4] == ["srun", "--nodes=16", "--ntasks=16", "--ntasks-per-node=1"]
-    assert command[4:10] == [
+    command = torchrun_command(16, 8, entry, "srun", head="gpu-a17", port=29500, job_id="991", cpus=96)
+    # The step names its CPUs and GPUs: the plugin strips SRUN_CPUS_PER_TASK and the like, and
+    # srun's default of one CPU per task would bind all eight ranks to one core.
+    assert command[:6] == [
+        "srun",
+        "--nodes=16",
+        "--ntasks=16",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=96",
+        "--gres=gpu:8",
+    ]
+    assert command[6:12] == [
         "torchrun",
         "--nnodes=16",
         "--nproc-per-node=8",
@@ -222,7 +231,7 @@ def test_launch_line_runs_one_torchrun_per_node_with_a_c10d_rendezvous():
         "--rdzv-endpoint=gpu-a17:29500",
         "--rdzv-id=991",
     ]
-    assert command[10:] == ["-m", "workflow_scripts", *entry]
+    assert command[12:] == ["-m", "workflow_scripts", *entry]
     assert torchrun_command(1, 8, entry) == [
         "torchrun",
         "--standalone",
@@ -233,6 +242,21 @@ def test_launch_line_runs_one_torchrun_per_node_with_a_c10d_rendezvous():
     ]
     with pytest.raises(UserInputError, match="SLURM allocation"):
         torchrun_command(2, 8, entry)
+    with pytest.raises(UserInputError, match="CPUs per task"):
+        torchrun_command(2, 8, entry, head="gpu-a17", job_id="991")
+
+
+def test_a_container_wraps_each_torchrun_and_leaves_srun_on_the_host():
+    """NVIDIA's image has no SLURM: srun starts the step outside it, torchrun runs inside it."""
+    entry = ["train", "megatron-rendezvous", "--out", "check.txt"]
+    image = "envs/megatron.sif"
+    command = torchrun_command(2, 8, entry, head="n1", job_id="7", cpus=96, image=image)
+    assert command[0] == "srun" and "srun" not in command[1:]
+    container = command.index("apptainer")
+    assert command[container : container + 5] == ["apptainer", "exec", "--nv", image, "torchrun"]
+    assert all(argument.startswith("--") for argument in command[1:container])
+    standalone = torchrun_command(1, 2, entry, image=image)
+    assert standalone[:5] == ["apptainer", "exec", "--nv", image, "torchrun"]
 
 
 def test_launch_check_without_slurm_runs_torchrun_standalone_and_reports_every_rank(tmp_path):

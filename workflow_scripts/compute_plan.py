@@ -3,18 +3,21 @@
 A table or figure (or ``all`` of them) expands through :func:`registry.closure` into
 trainings, priors, probes and evaluations; each is priced from the registry's sizes and the
 throughput figures of the config's ``compute`` section. Those figures are estimates (the
-paper reports no throughput) and every sequence is counted at its full length, so a plan is
-an upper bound meant for budgeting and SLURM runtimes, not a prediction.
+paper reports no throughput), so every class gets a central figure and a range, and every
+sequence is counted at its full length: a plan is meant for budgeting and SLURM runtimes,
+not a prediction. A first job's measured step time or decode rate replaces the estimate.
 
-Training costs 6 FLOPs and a forward pass 2 FLOPs per active parameter and token (attention
-ignored), at ``model_flops_utilization`` of ``gpu_peak_tflops``; generation is priced by an
-assumed decode rate per GPU instead, because sampling is bound by memory, not FLOPs.
+Training costs 6 FLOPs per active parameter and token plus the attention scores and weighted
+values over the sequence (counted as in PaLM, Chowdhery et al. 2022, app. B, halved for the
+causal mask), a forward pass a third of that, at a model-FLOPs utilisation of
+``gpu_peak_tflops``; generation is priced by a decode rate per GPU instead, because sampling
+is bound by memory, not FLOPs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from workflow_scripts import registry
@@ -22,17 +25,37 @@ from workflow_scripts.errors import UserInputError
 from workflow_scripts.registry import BASE, Closure, total_steps
 
 ALL = "all"
-TRAIN_FLOPS_PER_PARAMETER_TOKEN = 6
-FORWARD_FLOPS_PER_PARAMETER_TOKEN = 2
+FORWARD, TRAIN = 1, 3  # passes over the weights: forward; forward + backward (twice the forward)
 SECONDS_PER_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class Cost:
+    """GPU-seconds at the central estimate and at the two ends of its range."""
+
+    central: float
+    low: float
+    high: float
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.central + other.central, self.low + other.low, self.high + other.high)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measurements that replace estimates: seconds per optimizer step by model, decode tokens/s per GPU."""
+
+    step_seconds: Mapping[str, float] = field(default_factory=dict)
+    decode_rate: float | None = None
 
 
 @dataclass(frozen=True)
 class JobClass:
     """One kind of job of a plan: how many, on how many GPUs each, and their summed cost.
 
-    ``longest_job_hours`` is the wall time of the costliest job of the class, which is what
-    a SLURM runtime limit must allow.
+    ``longest_job_hours`` is the wall time of the costliest job of the class (at the central
+    estimate), which is what a SLURM runtime limit must allow; ``gpu_hours_low``/``_high``
+    are the class's GPU-hours at the two ends of the throughput range.
     """
 
     name: str
@@ -41,6 +64,8 @@ class JobClass:
     gpu_hours: float
     node_hours: float
     longest_job_hours: float
+    gpu_hours_low: float
+    gpu_hours_high: float
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,7 @@ class Plan:
     rows: Mapping[str, int]
     gpus_per_node: int
     source: str
+    basis: tuple[str, ...]  # how each class was priced, one line each
 
     @property
     def jobs(self) -> int:
@@ -64,6 +90,13 @@ class Plan:
     @property
     def node_hours(self) -> float:
         return self.gpu_hours / self.gpus_per_node
+
+    @property
+    def gpu_hours_range(self) -> tuple[float, float]:
+        return (
+            sum(job_class.gpu_hours_low for job_class in self.classes),
+            sum(job_class.gpu_hours_high for job_class in self.classes),
+        )
 
 
 def target_closure(config: Mapping[str, Any], target: str) -> Closure:
@@ -82,8 +115,8 @@ def target_closure(config: Mapping[str, Any], target: str) -> Closure:
     closures = [registry.closure(config, output_id) for output_id in ids]
     return Closure(
         **{
-            field.name: frozenset().union(*(getattr(closure, field.name) for closure in closures))
-            for field in fields(Closure)
+            part.name: frozenset().union(*(getattr(closure, part.name) for closure in closures))
+            for part in fields(Closure)
         }
     )
 
@@ -111,20 +144,52 @@ def training_rows(config: Mapping[str, Any], closure: Closure, rows: Mapping[str
     return counts
 
 
-def flops_gpu_seconds(config: Mapping[str, Any], model: str, tokens: int, flops_per_token: int) -> float:
-    """GPU-seconds of ``flops_per_token`` x active parameters x ``tokens`` at the assumed utilisation."""
+def flops_per_token(config: Mapping[str, Any], model: str, passes: int) -> float:
+    """FLOPs per token of ``passes`` passes (``FORWARD`` or ``TRAIN``) at the training sequence length.
+
+    ``2 x passes`` per active parameter, plus the attention scores and weighted values: a
+    forward pass costs ``2 x heads x (qk + v head dims)`` per layer and attended position, over
+    half the sequence on average under the causal mask (shapes: ``compute.attention``).
+    """
     compute = config["compute"]
-    if model not in compute["active_parameters_billion"]:
-        raise UserInputError(f"config key compute.active_parameters_billion: no entry for model {model!r}")
-    flops = flops_per_token * compute["active_parameters_billion"][model] * 1e9 * tokens
-    return flops / (compute["model_flops_utilization"] * compute["gpu_peak_tflops"] * 1e12)
+    for key in ("active_parameters_billion", "attention"):
+        if model not in compute[key]:
+            raise UserInputError(f"config key compute.{key}: no entry for model {model!r}")
+    shape = compute["attention"][model]
+    attended = config["training"]["sequence_length"] / 2
+    attention = 2 * shape["layers"] * shape["heads"] * (shape["qk_head_dim"] + shape["v_head_dim"]) * attended
+    return passes * (2 * compute["active_parameters_billion"][model] * 1e9 + attention)
+
+
+def flops_cost(config: Mapping[str, Any], flops: float) -> Cost:
+    """GPU-seconds of ``flops`` at the central, highest and lowest assumed utilisation."""
+    compute = config["compute"]
+    peak = compute["gpu_peak_tflops"] * 1e12
+    worst, best = compute["model_flops_utilization_range"]
+    return Cost(
+        flops / (compute["model_flops_utilization"] * peak), flops / (best * peak), flops / (worst * peak)
+    )
+
+
+def implied_mfu(config: Mapping[str, Any], model: str, step_seconds: float) -> float:
+    """The model-FLOPs utilisation a measured optimizer step time of ``model``'s training implies."""
+    training = config["training"]
+    tokens = training["global_batch_size"] * training["sequence_length"]
+    parallelism = training["parallelism"]
+    gpus = parallelism["nodes"] * parallelism["gpus_per_node"]
+    peak = config["compute"]["gpu_peak_tflops"] * 1e12
+    return flops_per_token(config, model, TRAIN) * tokens / (step_seconds * gpus * peak)
+
+
+def training_steps(config: Mapping[str, Any], rows: int) -> int:
+    training = config["training"]
+    return total_steps(rows, training["global_batch_size"], training["epochs"])
 
 
 def training_tokens(config: Mapping[str, Any], rows: int) -> int:
     """Tokens of one run: every optimizer step's global batch at the full sequence length."""
     training = config["training"]
-    steps = total_steps(rows, training["global_batch_size"], training["epochs"])
-    return steps * training["global_batch_size"] * training["sequence_length"]
+    return training_steps(config, rows) * training["global_batch_size"] * training["sequence_length"]
 
 
 def generation_tokens(config: Mapping[str, Any]) -> int:
@@ -138,60 +203,116 @@ def generation_tokens(config: Mapping[str, Any]) -> int:
     return items * evaluation["repeats"] * evaluation["max_new_tokens"]
 
 
-def _job_class(name: str, gpu_seconds: Sequence[float], gpus_per_job: int, gpus_per_node: int) -> JobClass:
-    gpu_hours = sum(gpu_seconds) / SECONDS_PER_HOUR
+def _job_class(name: str, costs: Sequence[Cost], gpus_per_job: int, gpus_per_node: int) -> JobClass:
+    total = sum(costs, Cost(0.0, 0.0, 0.0))
+    gpu_hours = total.central / SECONDS_PER_HOUR
     return JobClass(
         name=name,
-        jobs=len(gpu_seconds),
+        jobs=len(costs),
         gpus_per_job=gpus_per_job,
         gpu_hours=gpu_hours,
         node_hours=gpu_hours / gpus_per_node,
-        longest_job_hours=max(gpu_seconds, default=0.0) / SECONDS_PER_HOUR / gpus_per_job,
+        longest_job_hours=max((c.central for c in costs), default=0.0) / SECONDS_PER_HOUR / gpus_per_job,
+        gpu_hours_low=total.low / SECONDS_PER_HOUR,
+        gpu_hours_high=total.high / SECONDS_PER_HOUR,
     )
 
 
-def plan(config: Mapping[str, Any], target: str, rows: Mapping[str, int] | None = None) -> Plan:
+def _basis(config: Mapping[str, Any], calibration: Calibration) -> tuple[str, ...]:
+    """One line per way of pricing: the FLOPs model and its utilisation, the decode rate, measurements."""
+    compute = config["compute"]
+    worst, best = compute["model_flops_utilization_range"]
+    mfu = compute["model_flops_utilization"]
+    lines = [
+        f"trainings, priors, probes: 6N (forward 2N) + attention at {config['training']['sequence_length']} "
+        f"tokens FLOPs per token, MFU {mfu:.2f} (range {worst:.2f}-{best:.2f}) "
+        f"of {compute['gpu_peak_tflops']} TFLOP/s"
+    ]
+    for model, seconds in sorted(calibration.step_seconds.items()):
+        mfu = implied_mfu(config, model, seconds)
+        lines.append(f"trainings of {model}: measured {seconds:g} s per step (MFU {mfu:.2f})")
+    if calibration.decode_rate is None:
+        slow, fast = compute["generation_tokens_per_gpu_second_range"]
+        rate = f"assumed {compute['generation_tokens_per_gpu_second']:g} (range {slow:g}-{fast:g})"
+    else:
+        rate = f"measured {calibration.decode_rate:g}"
+    lines.append(f"generations: {rate} decoded tokens/s per GPU")
+    lines.append(
+        "calibrate: --step-seconds MODEL=S from a first training's log (Bridge's 'elapsed time per "
+        "iteration'), --decode-rate R from a first generation (vLLM's output tokens/s over its GPUs)"
+    )
+    return tuple(lines)
+
+
+def plan(
+    config: Mapping[str, Any],
+    target: str,
+    rows: Mapping[str, int] | None = None,
+    calibration: Calibration | None = None,
+) -> Plan:
     """Price ``target`` of a validated config; ``rows`` adds or overrides training-split sizes.
 
     Only base priors need the GPU (a forward pass of the frozen base over the training
-    split); shuffled priors are CPU permutations of them and are not priced.
+    split); shuffled priors are CPU permutations of them and are not priced. ``calibration``:
+    a measured step time prices a model's trainings exactly (steps x seconds x GPUs), a
+    measured decode rate the generations.
     """
+    calibration = calibration or Calibration()
+    unknown = sorted(set(calibration.step_seconds) - set(config["models"]))
+    if unknown:
+        raise UserInputError(
+            f"--step-seconds for unknown model {unknown[0]!r} (known: {', '.join(config['models'])})"
+        )
     closure = target_closure(config, target)
     counts = training_rows(config, closure, rows or {})
     parallelism = config["training"]["parallelism"]
     per_node = parallelism["gpus_per_node"]
+    gpus_per_training = parallelism["nodes"] * per_node
     sequence_length = config["training"]["sequence_length"]
-    train, forward = TRAIN_FLOPS_PER_PARAMETER_TOKEN, FORWARD_FLOPS_PER_PARAMETER_TOKEN
-    trainings = [
-        flops_gpu_seconds(config, t.model, training_tokens(config, counts[t.corpus]), train)
-        for t in sorted(closure.trainings, key=repr)
-    ]
+
+    def training(model: str, rows: int) -> Cost:
+        if model in calibration.step_seconds:
+            measured = training_steps(config, rows) * calibration.step_seconds[model] * gpus_per_training
+            return Cost(measured, measured, measured)
+        return flops_cost(config, flops_per_token(config, model, TRAIN) * training_tokens(config, rows))
+
+    def forward(model: str, tokens: int) -> Cost:
+        return flops_cost(config, flops_per_token(config, model, FORWARD) * tokens)
+
+    trainings = [training(t.model, counts[t.corpus]) for t in sorted(closure.trainings, key=repr)]
     priors = [
-        flops_gpu_seconds(config, p.model, counts[p.corpus] * sequence_length, forward)
+        forward(p.model, counts[p.corpus] * sequence_length)
         for p in sorted(closure.priors, key=repr)
         if p.kind == BASE
     ]
     probes = [
-        flops_gpu_seconds(config, p.model, config["corpora"][p.corpus]["probe_tokens"], forward)
+        forward(p.model, config["corpora"][p.corpus]["probe_tokens"])
         for p in sorted(closure.probes, key=repr)
     ]
-    generation = generation_tokens(config) / config["compute"]["generation_tokens_per_gpu_second"]
-    generations = [generation] * len(closure.evaluations)
+    compute = config["compute"]
+    slow, fast = compute["generation_tokens_per_gpu_second_range"]
+    central = compute["generation_tokens_per_gpu_second"]
+    if calibration.decode_rate is not None:
+        central = slow = fast = calibration.decode_rate
+    tokens = generation_tokens(config)
+    generations = [Cost(tokens / central, tokens / fast, tokens / slow)] * len(closure.evaluations)
     classes = (
-        _job_class("trainings", trainings, parallelism["nodes"] * per_node, per_node),
+        _job_class("trainings", trainings, gpus_per_training, per_node),
         _job_class("priors", priors, 1, per_node),
         _job_class("probes", probes, 1, per_node),
         _job_class("generations", generations, config["evaluation"]["data_parallel"], per_node),
     )
-    return Plan(target, classes, counts, per_node, config["compute"]["source"])
+    return Plan(target, classes, counts, per_node, compute["source"], _basis(config, calibration))
 
 
 def render(plan: Plan) -> str:
     """The plan as a fixed-width table, ending with where its throughput figures come from."""
-    row = "{:<12}{:>6}{:>10}{:>12}{:>12}{:>16}"
+    row = "{:<12}{:>6}{:>10}{:>12}{:>20}{:>12}{:>16}"
     lines = [
         f"compute plan: {plan.target}",
-        row.format("job class", "jobs", "GPUs/job", "GPU-hours", "node-hours", "longest job h"),
+        row.format(
+            "job class", "jobs", "GPUs/job", "GPU-hours", "GPU-hours range", "node-hours", "longest job h"
+        ),
     ]
     for job in plan.classes:
         lines.append(
@@ -200,14 +321,19 @@ def render(plan: Plan) -> str:
                 job.jobs,
                 job.gpus_per_job,
                 f"{job.gpu_hours:.1f}",
+                f"{job.gpu_hours_low:.1f}-{job.gpu_hours_high:.1f}",
                 f"{job.node_hours:.1f}",
                 f"{job.longest_job_hours:.2f}",
             )
         )
-    total = row.format("total", plan.jobs, "", f"{plan.gpu_hours:.1f}", f"{plan.node_hours:.1f}", "")
+    low, high = plan.gpu_hours_range
+    total = row.format(
+        "total", plan.jobs, "", f"{plan.gpu_hours:.1f}", f"{low:.1f}-{high:.1f}", f"{plan.node_hours:.1f}", ""
+    )
     lines.append(total.rstrip())
     rows = ", ".join(f"{corpus}={count}" for corpus, count in plan.rows.items()) or "none"
     lines.append(f"node: {plan.gpus_per_node} GPUs; training-split rows: {rows}")
-    lines.append("upper bound: every sequence at full length; shuffled priors run on CPU (not priced)")
+    lines.extend(plan.basis)
+    lines.append("every sequence at full length; shuffled priors run on CPU (not priced)")
     lines.append(f"source: {plan.source}")
     return "\n".join(lines)

@@ -26,6 +26,24 @@ def _row_count(text: str) -> tuple[str, int]:
     return corpus, int(count)
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _step_seconds(text: str) -> tuple[str, float]:
+    """argparse type of ``--step-seconds model=S``."""
+    model, equals, seconds = text.partition("=")
+    if not equals or not model:
+        raise argparse.ArgumentTypeError(f"expected MODEL=S (S seconds per optimizer step), got {text!r}")
+    return model, _positive(seconds)
+
+
 def register(stages: argparse._SubParsersAction) -> None:
     summary = "print the GPU-hours and node-hours a table, a figure or 'all' needs, before submitting it"
     parser = stages.add_parser("plan", help=summary, description=summary)
@@ -39,6 +57,21 @@ def register(stages: argparse._SubParsersAction) -> None:
         default=[],
         metavar="CORPUS=N",
         help="training-split rows of a corpus (repeatable); needed where train_rows is null",
+    )
+    parser.add_argument(
+        "--step-seconds",
+        type=_step_seconds,
+        action="append",
+        default=[],
+        metavar="MODEL=S",
+        help="measured seconds per optimizer step of MODEL's training at the configured parallelism "
+        "(Bridge's 'elapsed time per iteration' / 1000); prices its trainings instead of the MFU; repeatable",
+    )
+    parser.add_argument(
+        "--decode-rate",
+        type=_positive,
+        metavar="TOKENS",
+        help="measured decoded tokens per second per GPU of a generation job; replaces the assumed rate",
     )
     parser.set_defaults(run=run, command="plan", provenance=None, inputs=(), outputs=())
 
@@ -65,7 +98,7 @@ def load_config(path: str, overlay: str | None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from workflow_scripts.compute_plan import plan, render
+    from workflow_scripts.compute_plan import Calibration, plan, render
 
     config = load_config(args.config, args.overlay)
     given = dict(args.rows)
@@ -74,7 +107,8 @@ def run(args: argparse.Namespace) -> None:
         for corpus, count in PAPER_ROWS.items()
         if corpus in config["corpora"] and config["corpora"][corpus]["train_rows"] is None
     }
-    result = plan(config, args.target, {**defaults, **given})
+    calibration = Calibration(dict(args.step_seconds), args.decode_rate)
+    result = plan(config, args.target, {**defaults, **given}, calibration)
     for corpus, count in defaults.items():
         if corpus in result.rows and corpus not in given:
             print(

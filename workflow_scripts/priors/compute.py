@@ -418,12 +418,15 @@ def check_prior_matches(
     split_path: str | os.PathLike[str],
     model_dir: str | os.PathLike[str],
     chat_template: str | None,
+    split_sha256: str | None = None,
+    model_sha256: str | None = None,
 ) -> None:
     """Raise ``UserInputError`` unless a prior's meta matches this split, model and chat template.
 
     Compares checksums (not paths, so moved files still match): the split parquet's
     sha256, the model directory's ``path_digest`` sha256 and the chat template's sha256.
-    The message names every input that differs.
+    The message names every input that differs. ``split_sha256``/``model_sha256``: those
+    checksums when the caller has taken them already (a model directory is tens of GB).
     """
     from workflow_scripts.provenance import file_sha256, path_digest
 
@@ -433,13 +436,13 @@ def check_prior_matches(
     recorded_split = meta["split"].get("sha256")
     recorded_model = meta["model"].get("sha256")
     differences = []
-    split_sha = file_sha256(Path(split_path))
+    split_sha = split_sha256 or file_sha256(Path(split_path))
     if split_sha != recorded_split:
         differences.append(
             f"split (prior built from {meta['split'].get('path')} sha256 {recorded_split}, "
             f"given {split_path} sha256 {split_sha})"
         )
-    model_sha = path_digest(model_dir).get("sha256")
+    model_sha = model_sha256 or path_digest(model_dir).get("sha256")
     if model_sha != recorded_model:
         differences.append(
             f"model (prior built from {meta['model'].get('path')} sha256 {recorded_model}, "

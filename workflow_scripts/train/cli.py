@@ -171,12 +171,15 @@ def run_train(args: argparse.Namespace) -> None:
     checkpoint.remove(resume_dir)
 
 
+#: The settings a run key holds besides its inputs' contents (both backends).
+RUN_SETTINGS = ("condition", "training", "seed", "bias_in_gate_weights")
+
+
 def resume_key(args: argparse.Namespace, inputs: tuple[str, ...]) -> str:
     """The run key of both backends: the condition's settings and seed, and the named inputs' contents."""
     from workflow_scripts.train.run_key import run_key
 
-    settings = ("condition", "training", "seed", "bias_in_gate_weights")
-    return run_key({k: getattr(args, k) for k in settings}, {k: getattr(args, k) for k in inputs})
+    return run_key({k: getattr(args, k) for k in RUN_SETTINGS}, {k: getattr(args, k) for k in inputs})
 
 
 def _condition_arguments(command: argparse.ArgumentParser) -> None:
@@ -214,6 +217,8 @@ def _entry(name: str) -> Any:
 
 
 MEGATRON_INPUTS = ("hf_base", "megatron_base", "dataset", "split", "prior", "prior_meta")
+# Everything the training reads: its claim hashes these once, its provenance record lists them.
+MEGATRON_RUN_INPUTS = (*MEGATRON_INPUTS, "shuffle_record")
 
 
 def _megatron_inputs(command: argparse.ArgumentParser) -> None:
@@ -225,10 +230,42 @@ def _megatron_inputs(command: argparse.ArgumentParser) -> None:
     command.add_argument("--work", required=True, help="resumable run folder (checkpoints, resume log)")
 
 
-def _claim(args: argparse.Namespace) -> None:
-    from workflow_scripts.train.megatron.resume import claim
+def _given_inputs(args: argparse.Namespace) -> dict[str, str]:
+    return {name: getattr(args, name) for name in MEGATRON_RUN_INPUTS if getattr(args, name) is not None}
 
-    claim(Path(args.work), resume_key(args, MEGATRON_INPUTS))
+
+def _claim(args: argparse.Namespace) -> None:
+    """Check and hash the run's inputs once, check the prior's chain, bind the work folder to them.
+
+    Runs in one process before the launch, so that no rank hashes tens of GB (or every rank
+    the base) while the others wait in a process group whose timeout is minutes.
+    """
+    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches
+    from workflow_scripts.provenance.verify import verify_inputs
+    from workflow_scripts.train.megatron.resume import claim, record_digests
+    from workflow_scripts.train.run_key import key_of
+
+    _, meta = objective_for(args)  # a wrong condition or prior fails here, before any rank starts
+    digests = verify_inputs(_given_inputs(args), digest_all=True)
+    if args.prior_meta:
+        from transformers import AutoTokenizer
+
+        template = AutoTokenizer.from_pretrained(
+            args.hf_base, local_files_only=True, trust_remote_code=True
+        ).chat_template
+        split_sha256, model_sha256 = digests["split"]["sha256"], digests["hf_base"]["sha256"]
+        check_prior_matches(meta, args.split, args.hf_base, template, split_sha256, model_sha256)
+        check_prior_file(meta, args.prior, args.condition.get("prior"), shuffle_record(args))
+    settings = {k: getattr(args, k) for k in RUN_SETTINGS}
+    claim(Path(args.work), key_of(settings, {name: digests.get(name) for name in MEGATRON_INPUTS}))
+    record_digests(Path(args.work), digests)
+
+
+def _claimed_digests(args: argparse.Namespace) -> dict[str, Any]:
+    """The training's input digests: the ones its claim took (``workflow_scripts.cli``)."""
+    from workflow_scripts.train.megatron.resume import claimed_digests
+
+    return claimed_digests(Path(args.work), _given_inputs(args))
 
 
 def _launch(args: argparse.Namespace) -> None:
@@ -273,9 +310,10 @@ def register(stages: argparse._SubParsersAction) -> None:
         "megatron",
         _entry("run_megatron"),
         "post-train with Megatron-Bridge (one process per GPU, under torchrun)",
-        inputs=("hf_base", "megatron_base", "dataset", "split", "prior", "prior_meta", "shuffle_record"),
+        inputs=MEGATRON_RUN_INPUTS,
         outputs=("out", "record"),
     )
+    megatron.set_defaults(claimed_digests=_claimed_digests)
     _megatron_inputs(megatron)
     megatron.add_argument("--moe-layers", required=True, type=int, help="MoE layers L of the model")
     megatron.add_argument("--out", required=True, help="final Megatron checkpoint folder")
@@ -299,6 +337,10 @@ def register(stages: argparse._SubParsersAction) -> None:
     launch.add_argument("--gpus-per-node", required=True, type=int, help="processes per node, one per GPU")
     launch.add_argument("--launcher", default="srun", help="the MPI launcher resource (srun)")
     launch.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node")
+    launch.add_argument(
+        "--container",
+        help="apptainer image the ranks run in (config training.container); srun stays outside it",
+    )
     launch.add_argument("entry", nargs=argparse.REMAINDER, help="-- then the workflow_scripts command to run")
 
     rendezvous = add_command(

@@ -21,8 +21,13 @@ def run_key(settings: Mapping[str, Any], inputs: Mapping[str, str | os.PathLike[
     Inputs are keyed by content, not path: a split rewritten in place with other rows (a changed
     ``train_rows``), a replaced base or prior changes the key; a moved but identical file does not.
     """
-    digests = {name: path and path_digest(path).get("sha256") for name, path in inputs.items()}
-    return json.dumps({**settings, **digests}, sort_keys=True)
+    return key_of(settings, {name: path and path_digest(path) for name, path in inputs.items()})
+
+
+def key_of(settings: Mapping[str, Any], digests: Mapping[str, Mapping[str, Any] | None]) -> str:
+    """``run_key`` from ``path_digest`` records already taken (``None``: no such input)."""
+    sha256 = {name: digest and digest.get("sha256") for name, digest in digests.items()}
+    return json.dumps({**settings, **sha256}, sort_keys=True)
 
 
 def differing_fields(old: str, new: str) -> list[str]:

@@ -31,48 +31,6 @@ from workflow_scripts.errors import UserInputError
 from workflow_scripts.train.megatron import resume, settings
 
 
-def bridge_config(
-    hf_base: Path,
-    megatron_base: Path,
-    dataset_dir: Path,
-    save_dir: Path,
-    objective: Any,
-    training: dict[str, Any],
-    num_rows: int,
-    seed: int,
-    resume_step: int | None,
-) -> Any:
-    """The run's ``ConfigContainer``: generic SFT recipe, local provider, registry settings."""
-    from megatron.bridge import AutoBridge
-    from megatron.bridge.data.builders import ChatSFTPreprocessingConfig, GPTSFTDatasetConfig
-    from megatron.bridge.recipes.common import _sft_common
-
-    cfg = _sft_common()
-    cfg.model = AutoBridge.from_hf_pretrained(str(hf_base)).to_megatron_provider(load_weights=False)
-    for name, value in settings.model_settings(objective, training).items():
-        setattr(cfg.model, name, value)
-    for section, fields in settings.run_settings(training, num_rows, seed).items():
-        for name, value in fields.items():
-            setattr(getattr(cfg, section), name, value)
-    cfg.mixed_precision = settings.mixed_precision(training)
-    cfg.dataset = GPTSFTDatasetConfig(
-        seq_length=int(training["sequence_length"]),
-        dataset_root=str(dataset_dir),
-        preprocessing=ChatSFTPreprocessingConfig(loss_mode="assistant"),
-        enable_offline_packing=False,
-        offline_packing_specs=None,
-        do_validation=False,
-        do_test=False,
-        seed=seed,
-    )
-    cfg.tokenizer.tokenizer_type = "HuggingFaceTokenizer"
-    cfg.tokenizer.tokenizer_model = str(hf_base)
-    cfg.checkpoint.pretrained_checkpoint = str(megatron_base)
-    cfg.checkpoint.save = cfg.checkpoint.load = str(save_dir)
-    cfg.checkpoint.ckpt_step = resume_step
-    return cfg
-
-
 def install_router_anchor(anchor: Any, iteration: int) -> None:
     """Add Router-L2's gradient to the fp32 main gradients after every ``prepare_grads``.
 
@@ -125,17 +83,15 @@ def run_megatron(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
     from workflow_scripts.modeling.tokenizer import answer_span_mask
-    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
+    from workflow_scripts.priors.compute import load_prior
     from workflow_scripts.routing.megatron import RouterAnchor, install
-    from workflow_scripts.train.cli import objective_for, shuffle_record
+    from workflow_scripts.train.cli import objective_for
     from workflow_scripts.train.megatron.spans import SpanTable
     from workflow_scripts.train.megatron.step import make_forward_step, routing_context
 
-    objective, meta = objective_for(args)
+    # The prior's chain (split, base, template -> prior) was checked by the claim, once per job.
+    objective, _ = objective_for(args)
     tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True)
-    if args.prior_meta:
-        check_prior_matches(meta, args.split, args.hf_base, tokenizer.chat_template)
-        check_prior_file(meta, args.prior, args.condition.get("prior"), shuffle_record(args))
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     prior = load_prior(args.prior) if args.prior else None
     if prior is not None and prior.shape[2] != args.moe_layers:
@@ -150,7 +106,7 @@ def run_megatron(args: argparse.Namespace) -> None:
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
         resume.record_start(work, start)
-    cfg = bridge_config(
+    cfg = settings.bridge_config(
         Path(args.hf_base),
         Path(args.megatron_base),
         Path(args.dataset),

@@ -1,16 +1,22 @@
 """One ``torchrun`` per node under ``srun``, with a c10d rendezvous taken from the SLURM allocation.
 
 Inside a job the SLURM executor plugin leaves only ``SLURM_JOB_ID`` of the SLURM variables,
-so the head node is read back from the scheduler (``squeue`` for the node list,
-``scontrol show hostnames`` to expand it). Node ranks come from the c10d rendezvous itself,
-so one argv serves every node. Without a SLURM job a one-node run starts ``torchrun
---standalone`` directly.
+so the head node and the CPUs per task are read back from the scheduler (``squeue`` for the
+node list, ``scontrol``). The ``srun`` step names its CPUs and GPUs itself: without them
+they are SLURM's defaults, which the stripped ``SRUN_*`` variables no longer steer (one CPU
+per task on many sites: under core binding torchrun, its ranks and their data loaders then
+share one core). With a container image the step runs
+``srun ... apptainer exec --nv <image> torchrun ...``: ``srun`` stays on the host, where
+SLURM is. Node ranks come from the c10d rendezvous itself, so one argv serves every node.
+Without a SLURM job a one-node run starts ``torchrun --standalone`` directly.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -31,6 +37,22 @@ def head_node(job_id: str) -> str:
     return hosts[0]
 
 
+def cpus_per_task(job_id: str) -> int:
+    """The CPUs per task SLURM job ``job_id`` was granted (``CPUs/Task`` of ``scontrol show job``)."""
+    record = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True, check=True
+    ).stdout
+    found = re.search(r"\bCPUs/Task=(\d+)", record)
+    if not found:
+        raise UserInputError(f"SLURM job {job_id}: no CPUs/Task in scontrol's record {record.strip()!r}")
+    return int(found.group(1))
+
+
+def container_prefix(image: str | None) -> list[str]:
+    """The argv that runs a command in ``image`` with the node's GPUs (nothing without an image)."""
+    return ["apptainer", "exec", "--nv", image] if image else []
+
+
 def torchrun_command(
     nodes: int,
     gpus_per_node: int,
@@ -39,20 +61,31 @@ def torchrun_command(
     head: str | None = None,
     port: int = 29500,
     job_id: str | None = None,
+    cpus: int | None = None,
+    image: str | None = None,
 ) -> list[str]:
-    """The launch argv: ``srun`` one task per node, each ``torchrun -m workflow_scripts <entry>``."""
+    """The launch argv: ``srun`` one task per node with its ``cpus`` and GPUs, each ``torchrun``.
+
+    ``image``: run torchrun (and so every rank) in that apptainer image, ``srun`` outside it.
+    """
     module = ["-m", "workflow_scripts", *entry]
+    inside = container_prefix(image)
     if job_id is None:
         if nodes != 1:
             raise UserInputError(
                 f"{nodes} nodes need a SLURM allocation (no SLURM_JOB_ID in the environment)"
             )
-        return ["torchrun", "--standalone", f"--nproc-per-node={gpus_per_node}", *module]
+        return [*inside, "torchrun", "--standalone", f"--nproc-per-node={gpus_per_node}", *module]
+    if cpus is None:
+        raise UserInputError("a SLURM launch needs the CPUs per task of the allocation")
     return [
         launcher,
         f"--nodes={nodes}",
         f"--ntasks={nodes}",
         "--ntasks-per-node=1",
+        f"--cpus-per-task={cpus}",
+        f"--gres=gpu:{gpus_per_node}",
+        *inside,
         "torchrun",
         f"--nnodes={nodes}",
         f"--nproc-per-node={gpus_per_node}",
@@ -70,8 +103,11 @@ def run_launch(args: argparse.Namespace) -> None:
         raise UserInputError("nothing to launch: give the workflow_scripts command after '--'")
     job_id = os.environ.get("SLURM_JOB_ID")
     head = head_node(job_id) if job_id else None
-    command = torchrun_command(args.nodes, args.gpus_per_node, entry, args.launcher, head, args.port, job_id)
-    print("launching:", " ".join(command), file=sys.stderr, flush=True)
+    cpus = cpus_per_task(job_id) if job_id else None
+    command = torchrun_command(
+        args.nodes, args.gpus_per_node, entry, args.launcher, head, args.port, job_id, cpus, args.container
+    )
+    print("launching:", shlex.join(command), file=sys.stderr, flush=True)
     status = subprocess.run(command).returncode
     if status:
         raise SystemExit(status)
@@ -81,9 +117,10 @@ def rendezvous_report(out: str) -> None:
     """Join the job's process group and write who joined: a launch check without training.
 
     Every rank (under ``torchrun``) initialises the default group (NCCL when it has a GPU, gloo
-    otherwise), gathers each rank's host, node rank and local rank, and rank 0 writes one line
-    per rank plus the rendezvous address to ``out``. A wrong allocation, launcher or
-    rendezvous fails here in seconds instead of after a model has loaded.
+    otherwise), gathers each rank's host, node rank, local rank, the CPUs it may run on and the
+    container it runs in (apptainer's ``APPTAINER_CONTAINER``), and rank 0 writes one line per
+    rank plus the rendezvous address to ``out``. A wrong allocation, launcher, CPU binding or
+    rendezvous shows here in seconds instead of after a model has loaded.
     """
     import socket
 
@@ -102,6 +139,8 @@ def rendezvous_report(out: str) -> None:
         "node_rank": int(os.environ["GROUP_RANK"]),
         "rank": dist.get_rank(),
         "local_rank": int(os.environ["LOCAL_RANK"]),
+        "cpus": len(os.sched_getaffinity(0)),
+        "container": os.environ.get("APPTAINER_CONTAINER") or "none",
     }
     everyone: list[dict] = [{} for _ in range(dist.get_world_size())]
     dist.all_gather_object(everyone, me)
@@ -110,7 +149,7 @@ def rendezvous_report(out: str) -> None:
         lines = [f"world {dist.get_world_size()} rendezvous {address} backend {backend}"]
         lines += [
             f"rank {m['rank']} node_rank {m['node_rank']} local_rank {m['local_rank']} "
-            f"host {m['host']} slurm_node {m['slurm_node']}"
+            f"host {m['host']} slurm_node {m['slurm_node']} cpus {m['cpus']} container {m['container']}"
             for m in sorted(everyone, key=lambda m: m["rank"])
         ]
         print("\n".join(lines), flush=True)

@@ -1,14 +1,17 @@
 """Resuming a Megatron run after a kill, preemption or requeue: only from a complete checkpoint.
 
 Megatron-Bridge saves ``<save>/iter_NNNNNNN/`` (distributed-checkpoint shards with their
-``.metadata``, then ``train_state.pt``, written by rank 0 after a barrier that follows the
-shard write) and then updates ``<save>/latest_checkpointed_iteration.txt``. A job killed
-mid-save leaves a folder without ``train_state.pt`` or ``.metadata``: it is never resumed
-from. ``latest_complete`` picks the newest complete iteration, which the entry point passes
-to Bridge as ``checkpoint.ckpt_step``, so the choice does not rest on the tracker file alone.
+``.metadata``; then, by rank 0 after a barrier that follows the shard write, ``train_state.pt``,
+``<save>/latest_checkpointed_iteration.txt`` and last ``run_config.yaml``, which export reads
+to rebuild the model). A job killed mid-save leaves a folder without one of the three: it is
+never resumed from. ``latest_complete`` picks the newest complete iteration, which the entry
+point passes to Bridge as ``checkpoint.ckpt_step``, so the choice does not rest on the tracker
+file alone.
 Every start appends the iteration it resumed from to ``resume_log.json`` in the run's work
 folder; the finished run's record carries that list. The work folder is bound to its run's
-key (``claim``): checkpoints written for other inputs or settings are never resumed.
+key (``claim``): checkpoints written for other inputs or settings are never resumed. The
+claim hashes the inputs once per job, before any rank starts, and leaves the digests for the
+ranks' provenance record (``claimed_digests``).
 """
 
 from __future__ import annotations
@@ -17,14 +20,18 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from workflow_scripts.atomic import write_json, write_text
+from workflow_scripts.errors import UserInputError
 from workflow_scripts.train.run_key import differing_fields
 
 TRACKER = "latest_checkpointed_iteration.txt"
 KEY_FILE = "run_key.json"
-COMPLETE_MARKERS = ("train_state.pt", ".metadata")
+DIGESTS_FILE = "input_digests.json"
+COMPLETE_MARKERS = (".metadata", "train_state.pt", "run_config.yaml")
 _ITERATION = re.compile(r"^iter_(\d{7})$")
 
 
@@ -69,6 +76,26 @@ def claim(work: Path, key: str) -> bool:
     work.mkdir(parents=True, exist_ok=True)
     write_text(path, key)
     return stale
+
+
+def record_digests(work: Path, digests: Mapping[str, Any]) -> None:
+    """Keep the claim's input digests (``path_digest`` by input name) in the work folder."""
+    write_json(Path(work) / DIGESTS_FILE, dict(digests))
+
+
+def claimed_digests(work: Path, inputs: Mapping[str, str]) -> dict[str, Any]:
+    """The digests this job's claim took of ``inputs``, so that rank 0 hashes nothing before init.
+
+    Refuses a launch that no claim preceded, or whose inputs are not the ones claimed.
+    """
+    path = Path(work) / DIGESTS_FILE
+    if not path.is_file():
+        raise UserInputError(f"{path} is missing: run 'train megatron-claim' with the same arguments first")
+    digests = json.loads(path.read_text())
+    claimed = {name: digest.get("path") for name, digest in digests.items()}
+    if claimed != {name: str(Path(value)) for name, value in inputs.items()}:
+        raise UserInputError(f"{path} was claimed for the inputs {claimed}, not {dict(inputs)}")
+    return digests
 
 
 def record_start(work: Path, iteration: int | None) -> list[int]:
