@@ -58,3 +58,11 @@ def test_a_launchers_inner_command_is_parsed_as_its_own_call():
 def test_a_command_the_parser_refuses_is_a_clear_error():
     with pytest.raises(UserInputError, match="cannot parse the command a rule runs today"):
         settings_by_record(["python -m workflow_scripts priors no-such-command --provenance r.json"])
+
+
+def test_a_paper_scale_megatron_training_is_read_from_its_launch_line():
+    """Its record is written by the command ``megatron-launch`` starts after ``--`` on every node."""
+    settings = settings_by_record(current_commands(["results/provenance/table5.json"], ["config.yaml"], ROOT))
+    training = settings["results/megatron/trained/moonlight/math20k/rpb/s44.provenance.json"]
+    assert (training["stage"], training["command"]) == ("train", "megatron")
+    assert training["condition"] == {"intervention": "rpb", "params": {"beta": 1.0}, "prior": "base"}
