@@ -144,7 +144,7 @@ def run_megatron(arch, objective, prior, spans, readout, reference):
     total.backward()
     if objective.router_l2:
         main = [router.weight for router in routers]  # fp32 here: they are the main parameters
-        anchor = RouterAnchor(routers, objective.router_l2, "unused")
+        anchor = RouterAnchor(routers, objective.router_l2, "unused", start_iteration=0)
         anchor.base = reference["base"]
         anchor.add_gradients([(weight, None) for weight in main])
     metrics = get_moe_metrics_tracker().metrics

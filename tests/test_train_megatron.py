@@ -73,7 +73,14 @@ def test_run_settings_take_every_value_from_the_registry(paper_config):
     assert sections["optimizer"]["lr"] == 1e-5 and sections["optimizer"]["min_lr"] == 1e-6
     assert (sections["optimizer"]["adam_beta1"], sections["optimizer"]["adam_beta2"]) == (0.9, 0.95)
     assert sections["optimizer"]["weight_decay"] == 0.1 and sections["optimizer"]["clip_grad"] == 1.0
-    assert sections["scheduler"] == {"lr_decay_style": "cosine", "lr_warmup_iters": 40, "lr_decay_iters": 782}
+    assert sections["scheduler"] == {
+        "lr_decay_style": "cosine",
+        "lr_warmup_iters": 40,
+        "lr_decay_iters": 782,
+        "start_weight_decay": 0.1,  # Megatron's scheduler rewrites the decay from these every step
+        "end_weight_decay": 0.1,
+        "weight_decay_incr_style": "constant",
+    }
     assert sections["checkpoint"]["save_interval"] == 100 and sections["checkpoint"]["async_save"] is False
     assert sections["rng"] == {"seed": 43} and sections["validation"]["eval_iters"] == 0
     training["schedule"]["lr_max"] = 3e-5

@@ -23,7 +23,7 @@ module is cheap.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -115,6 +115,46 @@ def _render(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, str]], 
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
 
 
+def _pair(prompt: str, answer: str | None) -> list[dict[str, str]]:
+    """The conversation of one row: the prompt as the user turn, the answer (if any) as the assistant's."""
+    turns = [{"role": "user", "content": prompt}]
+    return turns if answer is None else [*turns, {"role": "assistant", "content": answer}]
+
+
+def _content_start(full: str, empty: str, content: str, after: int) -> int:
+    """Where ``content`` starts in ``full``, the rendering of which ``empty`` renders with it left empty.
+
+    The template renders a message's content verbatim when ``full`` is ``empty`` with ``content``
+    inserted at one point ``p`` (``full[:p] == empty[:p]``, ``full[p + len(content):] == empty[p:]``).
+    The template text around the content may differ from the generation prompt (DeepSeek-V2's
+    turn is ``'Assistant: '`` after the prompt ``'Assistant:'``, Qwen3 inserts an empty think
+    block), so the content is located this way rather than after the generation prompt. When
+    several points fit (content that repeats the template text next to it), the first at or
+    after ``after`` is taken, else the last before it.
+    """
+    size = len(content)
+    if len(full) != len(empty) + size:
+        raise ValueError("chat template does not render the message content verbatim")
+
+    def fits(p: int) -> bool:
+        return full[:p] == empty[:p] and full[p + size :] == empty[p:]
+
+    def points(start: int, stop: int) -> Iterator[int]:
+        p = full.find(content, start, stop + size)
+        while 0 <= p <= stop:
+            if fits(p):
+                yield p
+            p = full.find(content, p + 1, stop + size)
+
+    first_after = next(points(after, len(empty)), None)
+    if first_after is not None:
+        return first_after
+    before = list(points(0, after - 1)) if after else []
+    if not before:
+        raise ValueError("chat template does not render the message content verbatim")
+    return before[-1]
+
+
 def answer_span_mask(
     tokenizer: PreTrainedTokenizerFast, prompt: str, answer: str, max_length: int | None = None
 ) -> tuple[list[int], list[int]]:
@@ -122,10 +162,10 @@ def answer_span_mask(
 
     The pair is rendered through the tokenizer's chat template as
     ``[user: prompt, assistant: answer]`` and the rendered string is tokenised once, with
-    offsets. The character spans of the prompt and the answer in the
-    rendered string are located from the template itself: the answer starts where the
-    rendering of ``[user: prompt]`` with ``add_generation_prompt=True`` ends, and the
-    prompt is the first occurrence of ``prompt`` before that point.
+    offsets. The character spans of the prompt and the answer in the rendered string are
+    located from the template itself: each is where the rendering differs from the one with
+    that message left empty (``_content_start``), which also holds for templates whose
+    assistant turn does not start with the generation prompt (DeepSeek-V2, Qwen3).
 
     Labelling rule, per token with character span ``[s, e)``:
 
@@ -152,6 +192,100 @@ def answer_span_mask(
     return input_ids.tolist(), span_ids.tolist()
 
 
+#: Message contents the template is rendered with to cut it into its literal pieces; any text
+#: the template renders verbatim would do (``_content_start`` locates it exactly).
+_PROMPT_PROBE, _ANSWER_PROBE = "prompt-probe", "answer-probe"
+
+
+def generation_template(tokenizer: PreTrainedTokenizerFast) -> str:
+    """The tokenizer's chat template for one ``[user, assistant]`` row, with a ``{% generation %}`` block.
+
+    Megatron-Bridge's assistant-only loss mask follows a generation block. The block holds
+    what the local backend trains on (``train.batches.labels_for``): the answer and the one
+    token that closes its turn (DeepSeek-V2: eos; Moonlight: ``<|im_end|>``; Qwen3:
+    ``<|im_end|>``, not the newline after it, nor the empty think block before the answer).
+    The template is cut, by rendering it, into the literal text before the prompt, between
+    prompt and answer, and after the answer (and after a lone user turn, with and without
+    the generation prompt); the result renders those pieces around the messages' contents.
+    It renders the conversations of the chat dataset only and refuses any other shape;
+    ``check_rendering`` confirms it renders a split's rows as the tokenizer's own does.
+    """
+    full = _render(tokenizer, _pair(_PROMPT_PROBE, _ANSWER_PROBE), generation=False)
+    generation_prompt = _render(tokenizer, _pair(_PROMPT_PROBE, None), generation=True)
+    after_prompt = len(generation_prompt) if full.startswith(generation_prompt) else 0
+    empty_answer = _render(tokenizer, _pair(_PROMPT_PROBE, ""), generation=False)
+    q = _content_start(full, _render(tokenizer, _pair("", _ANSWER_PROBE), generation=False), _PROMPT_PROBE, 0)
+    a = _content_start(full, empty_answer, _ANSWER_PROBE, after_prompt)
+    prompt_end = q + len(_PROMPT_PROBE)
+    user_turn = _render(tokenizer, _pair(_PROMPT_PROBE, None), generation=False)
+    if not (user_turn.startswith(full[:prompt_end]) and generation_prompt.startswith(full[:prompt_end])):
+        raise ValueError("chat template renders a lone user turn unlike the start of a whole row")
+    after_answer = full[a + len(_ANSWER_PROBE) :]
+    closing = _first_token_text(tokenizer, after_answer)
+    literal = {
+        "before_prompt": full[:q],
+        "before_answer": full[prompt_end:a],
+        "closing": closing,
+        "after_turn": after_answer[len(closing) :],
+        "after_user": user_turn[prompt_end:],
+        "generation_prompt": generation_prompt[prompt_end:],
+    }
+    text = {name: _jinja_string(value) for name, value in literal.items()}
+    return (
+        "{% if messages | length > 2 or messages[0]['role'] != 'user'"
+        " or (messages | length == 2 and messages[1]['role'] != 'assistant') %}"
+        "{{ raise_exception('this template renders one user turn and at most one assistant turn') }}"
+        "{% endif %}"
+        f"{{{{ {text['before_prompt']} }}}}{{{{ messages[0]['content'] }}}}"
+        "{% if messages | length == 2 %}"
+        f"{{{{ {text['before_answer']} }}}}"
+        "{% generation %}{{ messages[1]['content'] }}"
+        f"{{{{ {text['closing']} }}}}{{% endgeneration %}}{{{{ {text['after_turn']} }}}}"
+        f"{{% elif add_generation_prompt %}}{{{{ {text['generation_prompt']} }}}}"
+        f"{{% else %}}{{{{ {text['after_user']} }}}}{{% endif %}}"
+    )
+
+
+def _first_token_text(tokenizer: PreTrainedTokenizerFast, text: str) -> str:
+    """The characters of ``text``'s first token ("" for empty text)."""
+    if not text:
+        return ""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return text[: offsets[0][1]]
+
+
+def _jinja_string(text: str) -> str:
+    """``text`` as a Jinja string literal, every character but letters, digits and spaces escaped.
+
+    Jinja decodes Python's unicode escapes in string literals, so the template renders
+    ``text`` unchanged; its source, though, never spells a chat marker: Bridge looks for
+    markers it knows (``<|im_start|>assistant``, ``<|im_assistant|>``) in the template source
+    and, finding them, would mask by its own turn boundaries instead of the generation block.
+    """
+    return (
+        "'"
+        + "".join(
+            char if char.isascii() and (char.isalnum() or char == " ") else f"\\U{ord(char):08x}"
+            for char in text
+        )
+        + "'"
+    )
+
+
+def check_rendering(
+    tokenizer: PreTrainedTokenizerFast, template: str, prompts: Iterable[str], answers: Iterable[str]
+) -> None:
+    """Raise ``ValueError`` naming the first row that ``template`` renders unlike the tokenizer's own."""
+    for row, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+        messages = _pair(prompt, answer)
+        own = _render(tokenizer, messages, generation=False)
+        other = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+        if other != own:
+            raise ValueError(
+                f"split row {row}: the generation-block template renders it unlike the model's own"
+            )
+
+
 def special_id_array(tokenizer: PreTrainedTokenizerFast) -> np.ndarray:
     """The tokenizer's special token ids as a sorted int64 array (for ``answer_span_arrays``)."""
     return np.unique(np.asarray(tokenizer.all_special_ids, dtype=np.int64))
@@ -171,16 +305,16 @@ def answer_span_arrays(
     """
     if max_length is not None and max_length < 0:
         raise ValueError(f"max_length must be non-negative, got {max_length}")
-    prompt_turn = [{"role": "user", "content": prompt}]
-    full = _render(tokenizer, [*prompt_turn, {"role": "assistant", "content": answer}], generation=False)
-    prefix = _render(tokenizer, prompt_turn, generation=True)
-    if not full.startswith(prefix) or not full.startswith(answer, len(prefix)):
-        raise ValueError("chat template does not render the answer right after the generation prompt")
-    a_start, a_end = len(prefix), len(prefix) + len(answer)
-    q_start = full.find(prompt) if prompt else a_start
-    if q_start < 0 or q_start + len(prompt) > a_start:
-        raise ValueError("prompt not found before the answer in the rendered chat")
-    q_end = q_start + len(prompt)
+    full = _render(tokenizer, _pair(prompt, answer), generation=False)
+    generation_prompt = _render(tokenizer, _pair(prompt, None), generation=True)
+    after_prompt = len(generation_prompt) if full.startswith(generation_prompt) else 0
+    empty_answer = _render(tokenizer, _pair(prompt, ""), generation=False)
+    empty_prompt = _render(tokenizer, _pair("", answer), generation=False)
+    a_start = _content_start(full, empty_answer, answer, after_prompt)
+    q_start = _content_start(full, empty_prompt, prompt, 0)
+    a_end, q_end = a_start + len(answer), q_start + len(prompt)
+    if q_end > a_start:
+        raise ValueError("chat template does not render the prompt before the answer")
 
     ids, offsets = _encode_with_offsets(tokenizer, full, max_length)
     input_ids = np.asarray(ids, dtype=np.int64).reshape(-1)

@@ -26,6 +26,15 @@ and the tensor-parallel all-reduce of the router's gradient (the weight is marke
 Load balancing and z-loss stay Megatron's own (``moe_router_load_balancing_type``,
 ``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder).
 Router-L2 acts on the optimizer's fp32 main parameters (``RouterAnchor``).
+
+Auxiliary-loss weight: with ``calculate_per_token_loss`` Megatron multiplies every attached
+loss by the micro-batch's token count ``N`` and divides all gradients by the global batch's
+loss-mask count ``T``, which equals ``M x N`` only when every token carries loss. Here only
+answer tokens do, so each auxiliary term would weigh ``N / T`` instead of the local
+backend's ``1 / M`` (``M`` micro-batches per global batch). ``PriorBiasedRouter`` scales the
+gradient of every loss it or Megatron attaches by ``MegatronRoutingContext.aux_loss_scale``,
+which the forward step sets to ``aux_loss_correction`` per micro-batch; the values Megatron
+logs are unchanged, and so is the model config Bridge saves with each checkpoint.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ from workflow_scripts.routing.core import (
 
 __all__ = [
     "MODES",
+    "aux_loss_correction",
     "MegatronRoutingContext",
     "PriorBiasedRouter",
     "RouterAnchor",
@@ -64,6 +74,20 @@ __all__ = [
 ]
 
 MODES = (None, "soft", "hard")
+
+
+def aux_loss_correction(answer_tokens: float, micro_batches: int, router_tokens: int) -> float:
+    """Factor on Megatron's auxiliary-loss gradients that makes each term weigh ``1 / M``.
+
+    Megatron attaches ``loss * N`` (``N = router_tokens``: the micro-batch's tokens over the
+    whole sequence, i.e. the router's local count times the tensor-parallel size under
+    sequence parallelism) and later divides by ``T = answer_tokens``, the loss-mask count of
+    the global batch summed over data-parallel ranks. ``T / (M * N)`` turns ``N / T`` into the
+    local backend's ``1 / M``, ``M = micro_batches`` the micro-batches of the global batch.
+    """
+    if micro_batches <= 0 or router_tokens <= 0:
+        raise ValueError(f"need micro-batches and tokens, got {micro_batches} and {router_tokens}")
+    return max(float(answer_tokens), 1.0) / (micro_batches * router_tokens)
 
 
 def sequence_parallel_slice(span_ids: Tensor, rank: int, world: int) -> Tensor:
@@ -94,6 +118,8 @@ class MegatronRoutingContext:
         kl_base, logit_l2: coefficients of the §3.3 losses (0: absent).
         num_moe_layers: ``L``, the number of MoE layers the losses are averaged over.
         clip_eps, clip_c: the prior clipping of eq. (3).
+        aux_loss_scale: ``aux_loss_correction`` of the current micro-batch, applied to the
+            gradient of every attached auxiliary loss (Megatron's and this module's).
     """
 
     mode: str | None = None
@@ -104,6 +130,7 @@ class MegatronRoutingContext:
     num_moe_layers: int = 1
     clip_eps: float = DEFAULT_CLIP_EPS
     clip_c: float = DEFAULT_CLIP_C
+    aux_loss_scale: float = 1.0
     _prior: Tensor | None = field(default=None, repr=False)  # (B, 2, L, E) raw pi
     _rows: Tensor | None = field(default=None, repr=False)  # (B, 2, L, E) b (soft) or log c (hard)
     _span_ids: Tensor | None = field(default=None, repr=False)  # (S_local, B)
@@ -166,6 +193,19 @@ class MegatronRoutingContext:
         return (self._span_ids >= 0).reshape(-1).to(device)  # (N,), row s*B + b
 
 
+class _ScaleGradient(torch.autograd.Function):
+    """Identity whose backward multiplies the gradient by ``scale``."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor, scale: float) -> Tensor:
+        ctx.scale = scale
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return grad * ctx.scale, None
+
+
 class PriorBiasedRouter(TopKRouter):
     """``TopKRouter`` whose ``routing()`` applies the micro-batch's prior; never constructed directly.
 
@@ -192,6 +232,25 @@ class PriorBiasedRouter(TopKRouter):
             probs, routing_map = self._score(weight_logits, precomputed_indices=indices)
             self._apply_expert_bias(routing_map, padding_mask=flat_padding)
         return self._attach_prior_losses(probs, z, context, padding_mask), routing_map
+
+    def attach_and_log_load_balancing_loss(
+        self, activation: Tensor, aux_loss_coeff: float, aux_loss: Tensor, *args, **kwargs
+    ) -> Tensor:
+        """Megatron's attachment, the loss's gradient scaled by ``aux_loss_scale`` (its logged value not)."""
+        scaled = _ScaleGradient.apply(aux_loss, self.rpb_context.aux_loss_scale)
+        return super().attach_and_log_load_balancing_loss(activation, aux_loss_coeff, scaled, *args, **kwargs)
+
+    def apply_z_loss(self, logits: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """Megatron's z-loss with its gradient scaled by ``aux_loss_scale``, the logits' own gradient not.
+
+        Megatron attaches the z-loss to the logits it returns: the input view carries the
+        scaled gradient into both, the output view undoes it on the logits' path.
+        """
+        scale = self.rpb_context.aux_loss_scale
+        if self.config.moe_z_loss_coeff is None or scale == 1.0:
+            return super().apply_z_loss(logits, padding_mask)
+        attached = super().apply_z_loss(_ScaleGradient.apply(logits, scale), padding_mask)
+        return _ScaleGradient.apply(attached, 1.0 / scale)
 
     def _score(self, logits: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
         """Megatron's own score function, group-limited top-k, normalisation and scaling."""
@@ -314,24 +373,30 @@ class RouterAnchor:
     Megatron's distributed optimizer a rank holds a flat shard of a weight
     (``shard_range``); the penalty is a sum over elements, so shards add up exactly.
 
-    The base weights are the routers' values before the first optimizer step, stored in
-    ``path`` by the first run and read back by every resumed run.
+    The base weights are the routers' values at the first gradient of a fresh run
+    (``start_iteration`` 0), stored in ``path`` and read back by every later start. Not at
+    construction: Bridge builds the model (and runs the pre-wrap hook that makes this
+    anchor) on freshly initialised weights and loads the base checkpoint only afterwards.
     """
 
-    def __init__(self, routers: Sequence[TopKRouter], strength: float, path: str | Path) -> None:
+    def __init__(
+        self, routers: Sequence[TopKRouter], strength: float, path: str | Path, start_iteration: int
+    ) -> None:
         self.routers = list(routers)
         self.strength = float(strength)
         self.path = Path(path)
+        self.start_iteration = int(start_iteration)
         self.base: list[Tensor] | None = None
 
-    def capture_or_load(self, iteration: int) -> None:
-        """Load the stored base weights; at iteration 0, capture and store them first."""
+    def capture_or_load(self) -> None:
+        """Load the stored base weights; on a fresh run without them, capture and store them first."""
         if self.path.is_file():
             self.base = [w.float() for w in torch.load(self.path, map_location="cpu", weights_only=True)]
             return
-        if iteration > 0:
+        if self.start_iteration > 0:
             raise RuntimeError(
-                f"resuming at iteration {iteration} but the Router-L2 base weights {self.path} are missing"
+                f"resuming at iteration {self.start_iteration} but the Router-L2 base weights "
+                f"{self.path} are missing"
             )
         self.base = [router.weight.detach().float().cpu().clone() for router in self.routers]
         if not dist.is_initialized() or dist.get_rank() == 0:
@@ -347,8 +412,8 @@ class RouterAnchor:
         ``parts[l]`` is MoE layer ``l``'s fp32 main parameter (``None`` where this rank holds
         no shard) and the flat element range it covers (``None``: the whole weight).
         """
-        if self.base is None:
-            raise RuntimeError("RouterAnchor: base weights not captured (call capture_or_load first)")
+        if self.base is None:  # the first gradient: the base checkpoint (or a resume) is loaded
+            self.capture_or_load()
         if len(parts) != len(self.base):
             raise ValueError(f"{len(parts)} main parameters for {len(self.base)} MoE layers")
         leaves, targets, owners = [], [], []

@@ -4,16 +4,19 @@ Bridge's ``GPTSFTChatDataset`` applies the tokenizer's chat template to ``messag
 copies every other key of a line into the batch's ``metadata``; ``prior_row`` there is the
 row's index in the split and in the ``(N, 2, L, E)`` prior, which the ``forward_step`` reads.
 The turns are those of the local backend's ``answer_span_mask``: the prompt as the user
-turn, the answer as the assistant turn, no system turn.
+turn, the answer as the assistant turn, no system turn. ``bridge_chat_template`` gives the
+template Bridge renders them with, so that its loss mask is the local backend's labels.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from workflow_scripts.atomic import write_text
+from workflow_scripts.modeling.tokenizer import check_rendering, generation_template
 from workflow_scripts.train.megatron.spans import ROW_ID_KEY
 
 #: The file name Bridge's ``GPTSFTDatasetConfig(dataset_root=...)`` reads for training.
@@ -32,3 +35,19 @@ def write_chat_dataset(prompts: Iterable[str], answers: Iterable[str], out_dir: 
     path = Path(out_dir) / TRAINING_FILE
     write_text(path, "".join(chat_lines(prompts, answers)))
     return path
+
+
+def bridge_chat_template(tokenizer: Any, prompts: Sequence[str], answers: Sequence[str]) -> str:
+    """The chat template Bridge's dataset renders the rows with: the model's, with a generation block.
+
+    Bridge 0.6.2 builds its assistant-only loss mask from a ``{% generation %}`` block or from
+    turn markers it knows (ChatML, Kimi/Moonlight, ...) and raises on the first sample of any
+    other template (DeepSeek-V2's "User: / Assistant:"); its ChatML boundaries also take
+    Qwen3's empty think block and the newline after ``<|im_end|>``. So every family gets
+    ``modeling.tokenizer.generation_template``, whose block holds exactly the local backend's
+    answer labels, checked to render every row as the model's own template does: the tokens
+    trained on are the model's.
+    """
+    template = generation_template(tokenizer)
+    check_rendering(tokenizer, template, prompts, answers)
+    return template

@@ -31,7 +31,24 @@ from workflow_scripts.errors import UserInputError
 from workflow_scripts.train.megatron import resume, settings
 
 
-def install_router_anchor(anchor: Any, iteration: int) -> None:
+def pre_wrap_hook(context: Any, router_l2: float, anchor_path: Path, start: int) -> Any:
+    """Bridge's pre-wrap hook: swap the routers and, under Router-L2, install their anchor.
+
+    The hook runs on freshly initialised weights, before Bridge loads the base checkpoint:
+    the anchor takes its base weights at the first gradient (``RouterAnchor``).
+    """
+    from workflow_scripts.routing.megatron import RouterAnchor, install
+
+    def swap_routers(chunks: list[Any]) -> list[Any]:
+        routers = install(chunks, context)
+        if router_l2:
+            install_router_anchor(RouterAnchor(routers, router_l2, anchor_path, start))
+        return chunks
+
+    return swap_routers
+
+
+def install_router_anchor(anchor: Any) -> None:
     """Add Router-L2's gradient to the fp32 main gradients after every ``prepare_grads``.
 
     Patches the ``prepare_grads`` of Megatron's mixed-precision optimizers in this process
@@ -40,8 +57,6 @@ def install_router_anchor(anchor: Any, iteration: int) -> None:
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptimizer
-
-    anchor.capture_or_load(iteration)
 
     def parts(optimizer: Any) -> list[tuple[Any, slice | None]]:
         owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -75,6 +90,31 @@ def install_router_anchor(anchor: Any, iteration: int) -> None:
             cls.prepare_grads = wrap(vars(cls)["prepare_grads"])
 
 
+def use_prebuilt_dataset_helpers() -> None:
+    """Keep Bridge's start-up from rebuilding Megatron-Core's dataset helpers when they are built.
+
+    Bridge's ``initialize`` runs ``make`` in ``megatron/core/datasets`` on every node and exits
+    when it fails; the megatron-core wheel ships ``helpers_cpp`` compiled but no Makefile, so
+    every training would stop in its first minute. Where the compiled module imports, the
+    build is skipped; elsewhere (a source install) Bridge compiles as it would.
+    """
+    import importlib.util
+
+    import megatron.bridge.training.initialize as bridge_initialize
+
+    if importlib.util.find_spec("megatron.core.datasets.helpers_cpp") is not None:
+        bridge_initialize.compile_helpers = lambda: None
+
+
+def free_port() -> str:
+    """A free TCP port: Bridge's one-process conversions default to 12355, which two jobs on a node share."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def run_megatron(args: argparse.Namespace) -> None:
     """Train under the condition; rank 0 then moves the final checkpoint and writes the record."""
     import numpy as np
@@ -82,23 +122,22 @@ def run_megatron(args: argparse.Namespace) -> None:
     from megatron.bridge.training.finetune import finetune
     from transformers import AutoTokenizer
 
-    from workflow_scripts.modeling.tokenizer import answer_span_mask
     from workflow_scripts.priors.compute import load_prior
-    from workflow_scripts.routing.megatron import RouterAnchor, install
     from workflow_scripts.train.cli import objective_for
-    from workflow_scripts.train.megatron.spans import SpanTable
+    from workflow_scripts.train.megatron.dataset import bridge_chat_template
+    from workflow_scripts.train.megatron.spans import span_table
     from workflow_scripts.train.megatron.step import make_forward_step, routing_context
 
     # The prior's chain (split, base, template -> prior) was checked by the claim, once per job.
     objective, _ = objective_for(args)
-    tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     prior = load_prior(args.prior) if args.prior else None
     if prior is not None and prior.shape[2] != args.moe_layers:
         raise UserInputError(f"--prior has L = {prior.shape[2]} MoE layers, the model {args.moe_layers}")
     max_length = int(args.training["sequence_length"])
     prompts, answers = split["prompt"].tolist(), split["answer"].tolist()
-    table = SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], max_length))
+    table = span_table(tokenizer, prompts, answers, max_length)
 
     work = Path(args.work)
     save_dir = work / "checkpoints"
@@ -117,18 +156,11 @@ def run_megatron(args: argparse.Namespace) -> None:
         args.seed,
         start,
     )
+    cfg.tokenizer.chat_template = bridge_chat_template(tokenizer, prompts, answers)
     context = routing_context(objective, num_moe_layers=args.moe_layers)
-    routers: list[Any] = []
-
-    def swap_routers(chunks: list[Any]) -> list[Any]:
-        routers.extend(install(chunks, context))
-        if objective.router_l2:
-            install_router_anchor(
-                RouterAnchor(routers, objective.router_l2, work / "router_base.pt"), start or 0
-            )
-        return chunks
-
-    cfg.model.register_pre_wrap_hook(swap_routers)
+    hook = pre_wrap_hook(context, objective.router_l2, work / "router_base.pt", start or 0)
+    cfg.model.register_pre_wrap_hook(hook)
+    use_prebuilt_dataset_helpers()
     finetune(cfg, make_forward_step(context, None if prior is None else np.asarray(prior), table))
     if rank0:
         steps = settings.run_steps(args.training, len(split))
@@ -141,39 +173,93 @@ def run_megatron(args: argparse.Namespace) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def check_convertible(hf_config: dict[str, Any]) -> None:
+    """Refuse a base that Megatron-Bridge 0.6.2 converts wrongly without saying so.
+
+    Its Qwen3-MoE provider makes every layer an MoE layer (``mlp_only_layers`` and
+    ``decoder_sparse_step`` are ignored): dense layers' weights are not mapped, and the
+    imported model computes garbage (NaN logits on a toy with one dense layer). The paper's
+    Qwen3-30B-A3B has none.
+    """
+    dense = hf_config.get("mlp_only_layers") or hf_config.get("decoder_sparse_step", 1) != 1
+    if hf_config.get("model_type") == "qwen3_moe" and dense:
+        raise UserInputError(
+            "Megatron-Bridge 0.6.2 converts Qwen3-MoE with MoE in every layer; this base has dense "
+            f"layers (mlp_only_layers {hf_config.get('mlp_only_layers')}, decoder_sparse_step "
+            f"{hf_config.get('decoder_sparse_step', 1)})"
+        )
+
+
 def import_base(args: argparse.Namespace) -> None:
-    """HF -> Megatron, once per base model (Bridge's ``AutoBridge.import_ckpt``), into a staging folder."""
+    """HF -> Megatron, once per base model, into a staging folder.
+
+    Bridge's ``AutoBridge.import_ckpt`` step by step, with the tokenizer (whose files the
+    checkpoint keeps) loaded with ``trust_remote_code``: Moonlight's is remote code, and
+    ``import_ckpt`` would pass the flag to the model's config too, which Bridge's Moonlight
+    recipe reads without it.
+    """
+    check_convertible(json.loads((Path(args.hf_base) / "config.json").read_text()))
     from megatron.bridge import AutoBridge
 
+    os.environ.setdefault("MASTER_PORT", free_port())
     out = Path(args.out)
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
-    AutoBridge.import_ckpt(str(args.hf_base), str(staging))
+    bridge = AutoBridge.from_hf_pretrained(str(args.hf_base))
+    model = bridge.to_megatron_model(wrap_with_ddp=False, use_cpu_initialization=True)
+    bridge.save_megatron_model(
+        model,
+        str(staging),
+        hf_tokenizer_path=str(args.hf_base),
+        hf_tokenizer_kwargs={"trust_remote_code": True},
+        low_memory_save=True,
+    )
     staging.rename(out)
 
 
-#: Tokenizer files copied from the base next to an exported checkpoint, so it loads on its own.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
+#: Name endings of model weights and their shard index: an export writes its own.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+
+
+def carried_from_base(hf_base: Path, export: Path) -> list[Path]:
+    """Files of the base that the export lacks, so that it loads as the base does.
+
+    Bridge writes weights, config and a re-saved tokenizer; a tokenizer that is remote code
+    (Moonlight's ``tokenization_moonshot.py`` and ``tiktoken.model``) needs its own files too,
+    which no fixed list names. Every top-level file except weights and hidden files.
+    """
+    return sorted(
+        path
+        for path in hf_base.iterdir()
+        if path.is_file()
+        and not path.name.startswith(".")
+        and not path.name.endswith(WEIGHT_SUFFIXES)
+        and not (export / path.name).exists()
+    )
 
 
 def export_hf(args: argparse.Namespace) -> None:
-    """Megatron -> HF: the final checkpoint as a hook-free HF folder (Bridge's ``export_ckpt``)."""
-    from megatron.bridge import AutoBridge
+    """Megatron -> HF: the final checkpoint as a hook-free HF folder (Bridge's ``export_ckpt``).
 
+    Bridge rebuilds a stock model from the checkpoint's ``run_config.yaml`` (the router swap
+    leaves the model config untouched, so nothing of ours needs instantiating). The tokenizer
+    it re-saves is loaded with ``trust_remote_code`` (Moonlight's is remote code), the model's
+    config without, as for the import.
+    """
+    from megatron.bridge import AutoBridge
+    from transformers import AutoTokenizer
+
+    os.environ.setdefault("MASTER_PORT", free_port())
     tracker = Path(args.megatron) / resume.TRACKER
     iteration = int(tracker.read_text().strip())
     out = Path(args.out)
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     bridge = AutoBridge.from_hf_pretrained(str(args.hf_base))
+    bridge.hf_pretrained.tokenizer = AutoTokenizer.from_pretrained(
+        args.hf_base, local_files_only=True, trust_remote_code=True
+    )
     bridge.export_ckpt(str(resume.iteration_dir(Path(args.megatron), iteration)), str(staging))
-    for name in TOKENIZER_FILES:
-        source = Path(args.hf_base) / name
-        if source.is_file() and not (staging / name).exists():
-            shutil.copy2(source, staging / name)
+    for source in carried_from_base(Path(args.hf_base), staging):
+        shutil.copy2(source, staging / source.name)
     staging.rename(out)

@@ -2,16 +2,17 @@
 
 The values are plain dictionaries keyed by the field names of Megatron-Bridge's
 ``ConfigContainer`` sections and Megatron-Core's ``TransformerConfig``, so they can be
-built and tested without Transformer Engine; ``entry`` applies them to the recipe's
-config. Nothing here is typed twice: epochs, batch sizes, schedule, optimizer, parallel
-layout and checkpoint cadence come from ``training``; the router settings of a condition
-from its ``Objective`` (the same object the local backend trains with).
+built and tested without Megatron; ``bridge_config`` applies them to Bridge's SFT recipe
+(it alone imports Bridge). Nothing here is typed twice: epochs, batch sizes, schedule,
+optimizer, parallel layout and checkpoint cadence come from ``training``; the router
+settings of a condition from its ``Objective`` (the same object the local backend trains with).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from workflow_scripts.errors import UserInputError
@@ -110,6 +111,10 @@ class Parallelism:
         }
 
 
+#: Checkpoints a run keeps while it trains: resume reads only the newest complete one (``resume``).
+KEEP_CHECKPOINTS = 1
+
+
 def run_steps(training: Mapping[str, Any], num_rows: int) -> int:
     """Optimizer steps of a run: ``ceil(epochs * N / GBS)`` (F.6: 782 for 20,000 rows)."""
     return total_steps(num_rows, int(training["global_batch_size"]), int(training["epochs"]))
@@ -120,8 +125,13 @@ def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[
 
     Validation is off (``eval_iters`` 0): the paper evaluates after training only. The
     learning rate decays over the whole run, so ``lr_decay_iters`` equals ``train_iters``.
+    Weight decay is set on the scheduler too: Megatron's parameter scheduler rewrites every
+    group's decay each step from ``start_weight_decay``/``end_weight_decay`` (the SFT
+    recipe's 0.033), so ``optimizer.weight_decay`` alone never reaches the optimizer.
     Checkpoints are saved synchronously (``async_save`` off), so a checkpoint is complete
-    before the next step starts (``resume``).
+    before the next step starts (``resume``), and only the newest ``KEEP_CHECKPOINTS`` stay:
+    Bridge deletes older ones after the new one is written, tracker and ``run_config.yaml``
+    included.
     """
     if training.get("packing"):
         raise UserInputError("training.packing: the paper trains without packing, and packing drops metadata")
@@ -150,11 +160,15 @@ def run_settings(training: Mapping[str, Any], num_rows: int, seed: int) -> dict[
             "lr_decay_style": schedule["name"],
             "lr_warmup_iters": int(schedule["warmup_steps"]),
             "lr_decay_iters": steps,
+            "start_weight_decay": float(optimizer["weight_decay"]),
+            "end_weight_decay": float(optimizer["weight_decay"]),
+            "weight_decay_incr_style": "constant",
         },
         "checkpoint": {
             "save_interval": int(training["checkpoint_every_steps"]),
             "async_save": False,
             "ckpt_format": "torch_dist",
+            "most_recent_k": KEEP_CHECKPOINTS,
         },
         "rng": {"seed": int(seed)},
     }
@@ -180,3 +194,62 @@ def model_settings(objective: Objective, training: Mapping[str, Any]) -> dict[st
         "cuda_graph_impl": "none",
         "moe_shared_expert_overlap": False,
     }
+
+
+#: Where, beside a run's checkpoint folder, Bridge keeps its index of the chat dataset's JSONL:
+#: never in the dataset folder, an input whose digest is part of the run key (``resume.claim``).
+DATASET_INDEX_DIR = "dataset_index"
+
+
+def bridge_config(
+    hf_base: Path,
+    megatron_base: Path,
+    dataset_dir: Path,
+    save_dir: Path,
+    objective: Objective,
+    training: Mapping[str, Any],
+    num_rows: int,
+    seed: int,
+    resume_step: int | None,
+) -> Any:
+    """The run's Bridge ``ConfigContainer``: generic SFT recipe, local provider, registry settings.
+
+    Bridge's per-model SFT recipes fetch their own hub revision at config time and set a
+    parallel layout and packing the registry overrides anyway, so the generic recipe
+    (``recipes.common._sft_common``) gets the provider ``AutoBridge`` builds from the pinned
+    local base, then every value above. ``save_dir`` is the checkpoint folder inside the run's
+    work folder; Bridge's index of the JSONL goes beside it (``DATASET_INDEX_DIR``).
+    """
+    from megatron.bridge import AutoBridge
+    from megatron.bridge.data.builders import ChatSFTPreprocessingConfig, GPTSFTDatasetConfig
+    from megatron.bridge.recipes.common import _sft_common
+
+    cfg = _sft_common()
+    cfg.model = AutoBridge.from_hf_pretrained(str(hf_base)).to_megatron_provider(load_weights=False)
+    for name, value in model_settings(objective, training).items():
+        setattr(cfg.model, name, value)
+    for section, fields in run_settings(training, num_rows, seed).items():
+        for name, value in fields.items():
+            setattr(getattr(cfg, section), name, value)
+    cfg.mixed_precision = mixed_precision(training)
+    cfg.dataset = GPTSFTDatasetConfig(
+        seq_length=int(training["sequence_length"]),
+        dataset_root=str(dataset_dir),
+        preprocessing=ChatSFTPreprocessingConfig(loss_mode="assistant"),
+        enable_offline_packing=False,
+        offline_packing_specs=None,
+        dataset_kwargs={"index_mapping_dir": str(Path(save_dir).parent / DATASET_INDEX_DIR)},
+        do_validation=False,
+        do_test=False,
+        seed=seed,
+    )
+    cfg.tokenizer.tokenizer_type = "HuggingFaceTokenizer"
+    cfg.tokenizer.tokenizer_model = str(hf_base)
+    cfg.tokenizer.hf_tokenizer_kwargs = {"trust_remote_code": True}  # Moonlight's tokenizer is remote code
+    cfg.checkpoint.pretrained_checkpoint = str(megatron_base)
+    cfg.checkpoint.save = cfg.checkpoint.load = str(save_dir)
+    cfg.checkpoint.ckpt_step = resume_step
+    # The recipe logs to nemo_experiments/ under the working directory (the checkout): keep the
+    # run's TensorBoard events in its own work folder instead.
+    cfg.logger.tensorboard_dir = str(Path(save_dir).parent / "tb_logs")
+    return cfg

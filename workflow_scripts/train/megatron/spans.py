@@ -1,22 +1,27 @@
 """Q/A span ids and prior rows of a Megatron-Bridge micro-batch.
 
-Bridge's chat dataset tokenises each row itself and hands the step ``tokens`` ``(B, S)``
-(the sequence without its last token) and per-row ``metadata``. The span of every token
-is derived the same way the local backend derives it: ``modeling.tokenizer.answer_span_mask``
-on the row's prompt and answer (``SpanTable``). The token ids of both encodings must agree
-on every position they share; a mismatch (another chat template, another tokenizer) stops
-the run with the row named, because a misaligned span would bias the wrong tokens.
+Bridge's chat dataset tokenises each row itself and hands the step ``tokens`` ``(B, S)``:
+the row's encoding without its last token, cut to the sequence length and padded with eos.
+The span of every token is derived the same way the local backend derives it:
+``modeling.tokenizer.answer_span_mask`` on the row's prompt and answer (``span_table``). The
+token ids of both encodings must agree on every input position; a mismatch (another chat
+template, another tokenizer) stops the run with the row named, because a misaligned span
+would bias the wrong tokens. The encoding's last token is never an input: where the
+template does not end in eos (Qwen3's ``<|im_end|>\\n``, Moonlight's ``<|im_end|>``) Bridge's
+padding stands there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from workflow_scripts.modeling.tokenizer import answer_span_mask
 from workflow_scripts.train.batches import NO_SPAN
 
 #: The metadata key of a chat-dataset row that holds its row id in the split (and the prior).
@@ -31,6 +36,17 @@ class SpanTable:
 
     def row(self, row_id: int) -> tuple[Sequence[int], Sequence[int]]:
         return self._encode(int(row_id))
+
+
+def span_table(
+    tokenizer: Any, prompts: Sequence[str], answers: Sequence[str], sequence_length: int
+) -> SpanTable:
+    """The split's ``SpanTable``: each row encoded to one token past Bridge's ``sequence_length`` inputs.
+
+    Bridge's inputs are the encoding without its last token, so the token after the last
+    input decides whether the encoding was cut; ``batch_span_ids`` compares the inputs only.
+    """
+    return SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], sequence_length + 1))
 
 
 def row_ids(metadata: Sequence[dict], num_rows: int) -> np.ndarray:
@@ -51,14 +67,15 @@ def row_ids(metadata: Sequence[dict], num_rows: int) -> np.ndarray:
 def batch_span_ids(tokens: Tensor, rows: np.ndarray, table: SpanTable) -> Tensor:
     """``(B, S)`` span ids of a micro-batch's input tokens (0 = Q, 1 = A, -1 = template / padding).
 
-    Position ``t`` of ``tokens`` is token ``t`` of the row's encoding; positions past the
-    encoding (padding) get no span. Raises ``ValueError`` when the tokens disagree.
+    Position ``t`` of ``tokens`` is token ``t`` of the row's encoding for every ``t`` before
+    the encoding's last token; later positions (Bridge's eos padding) get no span. Raises
+    ``ValueError`` when the tokens disagree.
     """
     batch, seq = tokens.shape
     spans = torch.full((batch, seq), NO_SPAN, dtype=torch.long)
     for sample, row in enumerate(rows):
         ids, row_spans = table.row(int(row))
-        shared = min(seq, len(ids))
+        shared = min(seq, len(ids) - 1)
         expected = torch.as_tensor(list(ids[:shared]), dtype=tokens.dtype)
         got = tokens[sample, :shared].cpu()
         if not torch.equal(got, expected):

@@ -10,7 +10,10 @@ context is still that micro-batch's during activation recomputation.
 
 The loss is Bridge's masked next-token loss in its per-token form (sum, token count), which
 with ``calculate_per_token_loss`` is the mean over the answer tokens of the global batch,
-as in the local backend.
+as in the local backend. The auxiliary losses the routers attach get the local backend's
+weight (the mean over micro-batches) through ``routing.megatron.aux_loss_correction``, which
+needs the global batch's answer-token count before the first backward: the step reads all
+of its micro-batches at the first forward (``StepBatches``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from workflow_scripts.routing.megatron import MegatronRoutingContext, sequence_parallel_slice
+from workflow_scripts.routing.megatron import (
+    MegatronRoutingContext,
+    aux_loss_correction,
+    sequence_parallel_slice,
+)
 from workflow_scripts.train.megatron.spans import SpanTable, batch_span_ids, gather_prior, row_ids
 from workflow_scripts.train.objective import Objective
 
@@ -64,6 +71,36 @@ def set_micro_batch(
     context.set_batch(gather_prior(prior, rows).to(tokens.device), local)
 
 
+class StepBatches:
+    """The current optimizer step's micro-batches on this rank, read ahead from Bridge's iterator.
+
+    Bridge's train step hands the schedule a new iterator over the step's micro-batches
+    (``prepare_finetuning_batch``), so a new iterator object marks a new step.
+    """
+
+    def __init__(self) -> None:
+        self._source: Any = None
+        self._pending: list[dict[str, Any]] = []
+        self.answer_tokens = 0.0
+        self.micro_batches = 0
+
+    def next(self, data_iterator: Any, device: Any) -> dict[str, Any]:
+        """The next micro-batch; at a step's first, also its global answer tokens and micro-batches."""
+        if data_iterator is not self._source:
+            from megatron.core import parallel_state
+
+            self._source = data_iterator
+            self._pending = list(data_iterator)
+            self.micro_batches = len(self._pending) * parallel_state.get_data_parallel_world_size()
+            local = sum(float(batch["loss_mask"].sum()) for batch in self._pending)
+            total = torch.tensor(local, dtype=torch.float64, device=device)
+            group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+            if torch.distributed.get_world_size(group) > 1:
+                torch.distributed.all_reduce(total, group=group)  # finalize_model_grads' divisor
+            self.answer_tokens = float(total)
+        return self._pending.pop(0)
+
+
 def make_forward_step(
     context: MegatronRoutingContext, prior: np.ndarray | None, table: SpanTable
 ) -> Callable[..., tuple[torch.Tensor, Callable]]:
@@ -71,9 +108,11 @@ def make_forward_step(
     from megatron.bridge.training.losses import masked_next_token_loss
     from megatron.core import parallel_state
 
+    step = StepBatches()
+
     def forward_step(state: Any, data_iterator: Any, model: Any, return_schedule_plan: bool = False):
-        batch = next(data_iterator)
         device = torch.cuda.current_device()
+        batch = step.next(data_iterator, device)
         tensors = {
             key: batch[key].to(device, non_blocking=True)
             for key in ("tokens", "labels", "loss_mask", "position_ids")
@@ -87,6 +126,10 @@ def make_forward_step(
             parallel_state.get_tensor_model_parallel_rank(),
             parallel_state.get_tensor_model_parallel_world_size(),
             bool(config.sequence_parallel),
+        )
+        # Megatron's per-token count of the routers' tokens, over the whole sequence.
+        context.aux_loss_scale = aux_loss_correction(
+            step.answer_tokens, step.micro_batches, tensors["tokens"].numel()
         )
         output = model(
             input_ids=tensors["tokens"],

@@ -1,0 +1,608 @@
+"""The first GPU check of the paper-scale path: Bridge's real ``finetune()`` on a toy Moonlight, end to end.
+
+    bash tests/gpu/check_bridge_finetune.sh [--container envs/megatron.sif] [--dry-run]
+
+On one GPU with Transformer Engine (about 10 minutes, most of it imports and model builds),
+every step is the product's own command line, as ``rules/train.smk`` runs it:
+
+1. ``models toy-base`` builds the toy Moonlight of the registry (``profiles/local/toy.yaml``);
+   ``priors compute`` takes its Q/A prior over a small arithmetic split (train env);
+2. ``train chat-dataset`` and ``train megatron-import`` (the Megatron env or image);
+3. ``train megatron-claim`` + ``train megatron-launch -- train megatron`` under the RPB
+   condition, killed (SIGKILL to the whole process group) as soon as its first checkpoint is
+   complete, then claimed and launched again: it must resume from that checkpoint and finish;
+4. ``train megatron-export``; the logits of the final Megatron checkpoint (Bridge's loader,
+   Megatron env) against the exported HF checkpoint's (transformers, as the probes load it).
+
+It prints one PASS/FAIL line per step with its numbers and exits non-zero on any FAIL.
+``--dry-run`` prints the commands and runs nothing. ``--cpu`` runs the same commands on
+CPU with the test-only adaptations of ``tests/megatron_cpu_shim`` on the jobs' ``PYTHONPATH``:
+that is a test of this script and of the CPU path, never a GPU result, and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = ROOT / "tests" / "megatron_cpu_shim"
+MODEL, CONDITION, SEED = "moonlight", "rpb", 42
+#: Rows of the arithmetic split, and the training section's schedule over them: 3 epochs of
+#: 8-row global batches are 24 optimizer steps, a checkpoint every 8 (the kill lands after the first).
+ROWS, GLOBAL_BATCH, EPOCHS, CHECKPOINT_EVERY = 64, 8, 3, 8
+SEQUENCE_LENGTH = 256
+#: Toy pretraining steps: a few, so that the prior is not the uniform one (its values are not checked).
+PRETRAIN_STEPS = 10
+#: Largest |logit difference| accepted between the Megatron model and its HF export, by precision:
+#: fp32 is the conversion's own error; bf16 weights through TE's and transformers' kernels round differently.
+LOGIT_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}
+
+
+@dataclass
+class Report:
+    """PASS/FAIL lines of the check, in order."""
+
+    lines: list[tuple[bool, str, str]] = field(default_factory=list)
+
+    def add(self, ok: bool, step: str, detail: str) -> bool:
+        self.lines.append((ok, step, detail))
+        print(f"[{'PASS' if ok else 'FAIL'}] {step}: {detail}", flush=True)
+        return ok
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.lines) and all(ok for ok, _, _ in self.lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", default="results/gpu_check", help="folder for every file of the check")
+    parser.add_argument(
+        "--train-python",
+        default=sys.executable,
+        help="interpreter of the train env (toy base, prior, HF logits); default: this one",
+    )
+    parser.add_argument(
+        "--megatron-python",
+        default="python",
+        help="interpreter of the Megatron env (Bridge, Transformer Engine); its folder goes first on "
+        "PATH so that the launch finds its torchrun. Ignored with --container",
+    )
+    parser.add_argument(
+        "--container",
+        help="apptainer image of the Megatron rules (config training.container, e.g. envs/megatron.sif): "
+        "one-process steps run in it, the launch wraps torchrun in it, as the rules do",
+    )
+    parser.add_argument(
+        "--cpu", action="store_true", help="run on CPU with the test adaptations (not a GPU check)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=sorted(LOGIT_TOLERANCE),
+        help="training precision; default bf16 (fp32 with --cpu)",
+    )
+    parser.add_argument("--logit-tolerance", type=float, help="max |logit difference|; default by precision")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds allowed per training launch")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    if args.container:  # the steps run in the work folder
+        args.container = str(Path(args.container).resolve())
+    args.precision = args.precision or ("fp32" if args.cpu else "bf16")
+    if args.logit_tolerance is None:
+        args.logit_tolerance = LOGIT_TOLERANCE[args.precision]
+    return args
+
+
+def training_section(config: dict, precision: str) -> dict:
+    """The registry's training slice (``MEGATRON_TRAINING``) for one GPU and the check's short schedule."""
+    from workflow_scripts.train.megatron.settings import run_steps
+
+    training = {k: v for k, v in config["training"].items() if k not in ("backend", "container")}
+    training.update(
+        epochs=EPOCHS,
+        global_batch_size=GLOBAL_BATCH,
+        micro_batch_size=1,
+        sequence_length=SEQUENCE_LENGTH,
+        precision=precision,
+        checkpoint_every_steps=CHECKPOINT_EVERY,
+    )
+    training["schedule"] = {**training["schedule"], "warmup_steps": 2}
+    training["parallelism"] = {
+        "nodes": 1,
+        "gpus_per_node": 1,
+        "tensor": 1,
+        "pipeline": 1,
+        "context": 1,
+        "expert": 1,
+        "expert_tensor": 1,
+        "sequence_parallel": False,
+        "recompute_modules": [],
+    }
+    assert run_steps(training, ROWS) > CHECKPOINT_EVERY, "the kill needs a checkpoint before the last step"
+    return training
+
+
+#: The condition keys the Megatron rule passes (rules/common.smk ``CONDITION_KEYS``).
+CONDITION_KEYS = ("intervention", "params", "settings", "prior")
+
+
+def arithmetic_split(rows: int) -> dict[str, list]:
+    """A small (row_id, prompt, answer) split the toy tokenizer reads: sums with their worked answer."""
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 100, size=(rows, 2))
+    return {
+        "row_id": list(range(rows)),
+        "prompt": [f"What is {a} + {b}?" for a, b in pairs],
+        "answer": [f"{a} + {b} = {a + b}." for a, b in pairs],
+    }
+
+
+class Check:
+    """The check's paths and the commands it runs, each the product's CLI as its rule runs it."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from workflow_scripts.registry import load_config, toy_model_sizes
+
+        self.args = args
+        config = load_config(ROOT, toy=True)
+        model = config["models"][MODEL]
+        self.architecture = model["architecture"]
+        self.spec = toy_model_sizes(model)
+        self.moe_layers = int(model["moe_layers"])
+        self.pretrain = {**config["toy_base"], "steps": PRETRAIN_STEPS}
+        self.pretrain.pop("lbl_coefficient_by_model", None)
+        condition = config["conditions"][CONDITION]
+        self.condition = {key: condition[key] for key in CONDITION_KEYS if key in condition}
+        self.training = training_section(config, args.precision)
+        self.prior_batch = int(config["prior"]["batch_size"])
+        work = Path(args.work).resolve()
+        self.work = work
+        self.base, self.split = work / "base", work / "split.parquet"
+        self.prior, self.prior_meta = work / "prior" / "prior.npy", work / "prior" / "meta.json"
+        self.dataset, self.megatron_base = work / "dataset", work / "megatron_base"
+        self.run_dir, self.trained = work / "run", work / "trained"
+        self.record, self.exported = work / "trained.record.json", work / "exported"
+        self.logs = work / "logs"
+
+    # ----------------------------------------------------------------- environments
+    def env(self) -> dict[str, str]:
+        """The jobs' environment: the repository (and with --cpu the shim) first on PYTHONPATH."""
+        env = dict(os.environ)
+        paths = ([str(SHIM)] if self.args.cpu else []) + [str(ROOT), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        if not self.args.container and os.sep in self.args.megatron_python:
+            env["PATH"] = os.pathsep.join([str(Path(self.args.megatron_python).parent), env["PATH"]])
+        return env
+
+    def train_cmd(self, *argv: str) -> list[str]:
+        return [*shlex.split(self.args.train_python), "-m", "workflow_scripts", *argv]
+
+    def megatron_cmd(self, *argv: str, gpu: bool = True) -> list[str]:
+        """A one-process Megatron step, in the image (``--nv`` where it uses the GPU) or the env."""
+        if self.args.container:
+            image = ["apptainer", "exec", *(["--nv"] if gpu else []), self.args.container, "python"]
+            return [*image, "-m", "workflow_scripts", *argv]
+        return [*shlex.split(self.args.megatron_python), "-m", "workflow_scripts", *argv]
+
+    def module_cmd(self, python: list[str], *argv: str) -> list[str]:
+        return [*python, "-m", "tests.gpu.check_bridge_finetune", *argv]
+
+    # ----------------------------------------------------------------- commands
+    def run_arguments(self) -> list[str]:
+        """``params.run`` of rules/train.smk for this run."""
+        return [
+            "--hf-base",
+            str(self.base),
+            "--megatron-base",
+            str(self.megatron_base),
+            "--dataset",
+            str(self.dataset),
+            "--split",
+            str(self.split),
+            "--condition",
+            json.dumps(self.condition, sort_keys=True),
+            "--training",
+            json.dumps(self.training, sort_keys=True),
+            "--seed",
+            str(SEED),
+            "--prior",
+            str(self.prior),
+            "--prior-meta",
+            str(self.prior_meta),
+            "--bias-in-gate-weights",
+            "true",
+            "--work",
+            str(self.run_dir),
+        ]
+
+    def preparation(self) -> list[tuple[str, list[str]]]:
+        """Split, toy base, prior, chat dataset, Megatron import: (step, argv)."""
+        return [
+            ("split", self.module_cmd(shlex.split(self.args.train_python), "split", str(self.split))),
+            (
+                "toy base",
+                self.train_cmd(
+                    "models",
+                    "toy-base",
+                    "--architecture",
+                    self.architecture,
+                    "--spec",
+                    json.dumps(self.spec),
+                    "--pretrain",
+                    json.dumps(self.pretrain),
+                    "--out",
+                    str(self.base),
+                    "--report",
+                    str(self.work / "base.report.json"),
+                ),
+            ),
+            (
+                "prior",
+                self.train_cmd(
+                    "priors",
+                    "compute",
+                    "--model",
+                    str(self.base),
+                    "--split",
+                    str(self.split),
+                    "--prior",
+                    str(self.prior),
+                    "--meta",
+                    str(self.prior_meta),
+                    "--stats",
+                    str(self.work / "prior" / "stats.json"),
+                    "--batch-size",
+                    str(self.prior_batch),
+                    "--max-length",
+                    str(SEQUENCE_LENGTH),
+                ),
+            ),
+            (
+                "chat dataset",
+                self.megatron_cmd(
+                    "train", "chat-dataset", "--split", str(self.split), "--out", str(self.dataset), gpu=False
+                ),
+            ),
+            (
+                "megatron import",
+                self.megatron_cmd(
+                    "train",
+                    "megatron-import",
+                    "--hf-base",
+                    str(self.base),
+                    "--out",
+                    str(self.megatron_base),
+                    "--provenance",
+                    str(self.work / "megatron_base.provenance.json"),
+                ),
+            ),
+        ]
+
+    def claim(self) -> list[str]:
+        return self.megatron_cmd("train", "megatron-claim", *self.run_arguments(), gpu=False)
+
+    def launch(self) -> list[str]:
+        """``megatron-launch`` without SLURM: one ``torchrun --standalone`` on this GPU."""
+        container = ["--container", self.args.container] if self.args.container else []
+        launcher = [sys.executable] if self.args.container else shlex.split(self.args.megatron_python)
+        return [
+            *launcher,
+            "-m",
+            "workflow_scripts",
+            "train",
+            "megatron-launch",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "1",
+            *container,
+            "--",
+            "train",
+            "megatron",
+            *self.run_arguments(),
+            "--moe-layers",
+            str(self.moe_layers),
+            "--out",
+            str(self.trained),
+            "--record",
+            str(self.record),
+            "--provenance",
+            str(self.work / "trained.provenance.json"),
+        ]
+
+    def export(self) -> list[str]:
+        return self.megatron_cmd(
+            "train",
+            "megatron-export",
+            "--hf-base",
+            str(self.base),
+            "--megatron",
+            str(self.trained),
+            "--out",
+            str(self.exported),
+            "--provenance",
+            str(self.work / "exported.provenance.json"),
+        )
+
+    def logits(self) -> tuple[list[str], list[str]]:
+        """(Megatron-side, HF-side) commands writing the two logits files."""
+        ids = str(self.work / "ids.npy")
+        if self.args.container:
+            megatron = ["apptainer", "exec", "--nv", self.args.container, "python"]
+        else:
+            megatron = shlex.split(self.args.megatron_python)
+        return (
+            self.module_cmd(
+                megatron,
+                "megatron-logits",
+                str(self.base),
+                str(self.trained),
+                ids,
+                str(self.work / "logits_megatron.npy"),
+            ),
+            self.module_cmd(
+                shlex.split(self.args.train_python),
+                "hf-logits",
+                str(self.exported),
+                ids,
+                str(self.work / "logits_hf.npy"),
+            ),
+        )
+
+    # ----------------------------------------------------------------- running
+    def call(self, step: str, argv: list[str], report: Report) -> bool:
+        """Run one command with its log in ``logs/``; a failure is a FAIL line naming the log.
+
+        Commands run in the work folder: Bridge writes TensorBoard events to ``./nemo_experiments``.
+        """
+        log = self.logs / (slug(step) + ".log")
+        start = time.monotonic()
+        with log.open("w") as out:
+            status = subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.work
+            ).returncode
+        seconds = time.monotonic() - start
+        if status:
+            return report.add(False, step, f"exit {status} after {seconds:.0f} s, see {log}\n{tail(log)}")
+        return report.add(True, step, f"{seconds:.0f} s")
+
+    def launch_until(self, step: str, kill_at_first_checkpoint: bool, report: Report) -> int | None:
+        """Claim and launch; with ``kill_at_first_checkpoint`` SIGKILL the run once a checkpoint is complete.
+
+        Returns the iteration the kill followed (or 0 when the run ran to its end), None on failure.
+        """
+        from workflow_scripts.train.megatron.resume import latest_complete
+
+        if not self.call(f"{step} claim", self.claim(), report):
+            return None
+        log = self.logs / (slug(step) + ".log")
+        start = time.monotonic()
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                self.launch(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+                cwd=self.work,
+                start_new_session=True,
+            )
+            killed_at = 0
+            while process.poll() is None:
+                if time.monotonic() - start > self.args.timeout:
+                    kill_tree(process.pid)
+                    process.wait()
+                    report.add(False, step, f"no end after {self.args.timeout:.0f} s, see {log}")
+                    return None
+                found = latest_complete(self.run_dir / "checkpoints") if kill_at_first_checkpoint else None
+                if found:
+                    kill_tree(process.pid)  # a preemption: launcher, torchrun and its rank at once
+                    process.wait()
+                    killed_at = found
+                    break
+                time.sleep(0.05)
+        seconds = time.monotonic() - start
+        if kill_at_first_checkpoint:
+            if not killed_at:
+                ended = f"exit {process.returncode} before a complete checkpoint, see {log}"
+                report.add(False, step, f"{ended}\n{tail(log)}")
+                return None
+            time.sleep(5)  # a rank the kill missed would go on writing
+            if self.trained.exists() or self.record.exists():
+                report.add(False, step, f"the killed run went on to write {self.trained}, see {log}")
+                return None
+            report.add(True, step, f"killed after checkpoint {killed_at} at {seconds:.0f} s; {losses(log)}")
+            return killed_at
+        if process.returncode:
+            ended = f"exit {process.returncode} after {seconds:.0f} s, see {log}"
+            report.add(False, step, f"{ended}\n{tail(log)}")
+            return None
+        report.add(True, step, f"finished in {seconds:.0f} s; {losses(log)}")
+        return 0
+
+    def dry_run(self) -> None:
+        print(f"# work folder {self.work}; PYTHONPATH {self.env()['PYTHONPATH']}")
+        for step, argv in self.preparation():
+            print(f"# {step}\n{shlex.join(argv)}")
+        print(
+            f"# training, killed at its first complete checkpoint, then again to the end\n"
+            f"{shlex.join(self.claim())}\n{shlex.join(self.launch())}"
+        )
+        print(f"# export\n{shlex.join(self.export())}")
+        for argv in self.logits():
+            print(shlex.join(argv))
+
+    def run(self) -> Report:
+        from workflow_scripts.train.megatron.settings import run_steps
+
+        report = Report()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for step, argv in self.preparation():
+            if not self.call(step, argv, report):
+                return report
+        killed_at = self.launch_until("train (to be killed)", True, report)
+        if killed_at is None or self.launch_until("train (resumed)", False, report) is None:
+            return report
+        steps = run_steps(self.training, ROWS)
+        record = json.loads(self.record.read_text())
+        resumed_ok = record["steps"] == steps and record["resumed_from"][-1] == killed_at
+        detail = f"record steps {record['steps']} (expected {steps}), resumed_from {record['resumed_from']}"
+        report.add(resumed_ok, "resume", detail)
+        if not self.call("export", self.export(), report):
+            return report
+        megatron_side, hf_side = self.logits()  # the HF side writes the token ids both read
+        if self.call("hf logits", hf_side, report) and self.call("megatron logits", megatron_side, report):
+            compare(
+                np.load(self.work / "logits_megatron.npy"),
+                np.load(self.work / "logits_hf.npy"),
+                self.args.logit_tolerance,
+                report,
+            )
+        return report
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and every process below it, as a preemption ends a job's processes.
+
+    torchrun starts its ranks in sessions of their own, so killing the launcher's process group
+    alone would leave the rank training on.
+    """
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def slug(step: str) -> str:
+    """A step's log file name: ``train (resumed) claim`` -> ``train_resumed_claim``."""
+    return "_".join("".join(c if c.isalnum() else " " for c in step).split())
+
+
+def tail(log: Path, lines: int = 15) -> str:
+    return "\n".join("    " + line for line in log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def losses(log: Path) -> str:
+    """First and last ``lm loss`` Bridge's training log printed."""
+    import re
+
+    found = re.findall(r"lm loss: ([0-9.E+-]+)", log.read_text(errors="replace"))
+    if not found:
+        return "no lm loss logged"
+    return f"lm loss {found[0]} -> {found[-1]} over {len(found)} logged iterations"
+
+
+def probe_ids(checkpoint: Path) -> np.ndarray:
+    """Token ids ``(2, S)`` of two chat-templated split rows, the text the trained model saw."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True)
+    split = arithmetic_split(2)
+    rows = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}, {"role": "assistant", "content": a}],
+            tokenize=True,
+            return_dict=False,
+        )
+        for p, a in zip(split["prompt"], split["answer"], strict=True)
+    ]
+    length = min(len(r) for r in rows)
+    return np.asarray([r[:length] for r in rows], dtype=np.int64)
+
+
+def compare(megatron: np.ndarray, hf: np.ndarray, tolerance: float, report: Report) -> None:
+    vocab = min(megatron.shape[-1], hf.shape[-1])  # Megatron pads the vocabulary to a multiple
+    diff = np.abs(megatron[..., :vocab].astype(np.float64) - hf[..., :vocab])
+    agree = float((megatron[..., :vocab].argmax(-1) == hf[..., :vocab].argmax(-1)).mean())
+    report.add(
+        bool(diff.max() <= tolerance),
+        "logits",
+        f"max |Megatron - HF export| {diff.max():.3g} (tolerance {tolerance:g}), mean {diff.mean():.3g}, "
+        f"top-1 agreement {agree:.1%}, logits scale {np.abs(hf).max():.3g}, shape {hf.shape}",
+    )
+
+
+def megatron_logits(hf_base: Path, megatron: Path, input_ids: np.ndarray) -> np.ndarray:
+    """Float32 logits ``(B, S, V)`` of the newest iteration in ``megatron``, through Bridge's loader."""
+    import torch
+    from megatron.bridge import AutoBridge
+    from megatron.bridge.training.model_load_save import temporary_distributed_context
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with temporary_distributed_context(backend="nccl" if device == "cuda" else "gloo"):
+        bridge = AutoBridge.from_hf_pretrained(str(hf_base), trust_remote_code=True)
+        (model,) = bridge.load_megatron_model(str(megatron), wrap_with_ddp=False)
+        model.eval()
+        tokens = torch.from_numpy(input_ids).to(device)  # (B, S)
+        positions = torch.arange(tokens.shape[1], device=device).expand_as(tokens)
+        with torch.no_grad():  # no mask: causal attention, as the product's forward step runs it
+            logits = model(tokens, positions, None)  # (B, S, V)
+    return logits.float().cpu().numpy()
+
+
+def hf_logits(checkpoint: Path, input_ids: np.ndarray) -> np.ndarray:
+    """Float32 logits of the exported checkpoint, loaded as the probes load it."""
+    import torch
+
+    from workflow_scripts.modeling.toy import load_local
+
+    model, _ = load_local(checkpoint, dtype=torch.float32)
+    model.eval()
+    with torch.no_grad():
+        return model(torch.from_numpy(input_ids)).logits.numpy()
+
+
+def main(argv: Sequence[str]) -> int:
+    """The check, or one of its steps in an env: ``split OUT``, ``hf-logits CHECKPOINT IDS OUT``
+    (writes IDS too), ``megatron-logits HF_BASE MEGATRON IDS OUT``."""
+    command, *paths = argv or [""]
+    if command == "split":
+        import pandas as pd
+
+        pd.DataFrame(arithmetic_split(ROWS)).to_parquet(paths[0], index=False)
+        return 0
+    if command == "hf-logits":
+        if not Path(paths[1]).exists():
+            np.save(paths[1], probe_ids(Path(paths[0])))
+        np.save(paths[2], hf_logits(Path(paths[0]), np.load(paths[1])))
+        return 0
+    if command == "megatron-logits":
+        np.save(paths[3], megatron_logits(Path(paths[0]), Path(paths[1]), np.load(paths[2])))
+        return 0
+    args = parse_args(argv)
+    check = Check(args)
+    if args.dry_run:
+        check.dry_run()
+        return 0
+    report = check.run()
+    where = "CPU with the test adaptations (tests/megatron_cpu_shim): NOT a GPU result" if args.cpu else "GPU"
+    print(f"\n{'PASS' if report.passed else 'FAIL'}: Bridge finetune check on {where}, {args.precision}")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
