@@ -20,12 +20,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import JOB_ENV, ROOT
+from tests.dag import JOB_ENV, copy_checkout
 from workflow_scripts import provenance
 
-IGNORED = shutil.ignore_patterns(
-    ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", "*.egg-info"
-)
 TABLE6_CONDITIONS = ("sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard")
 
 
@@ -48,8 +45,7 @@ def targets() -> list[str]:
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("toy") / "rpb-repro"
-    shutil.copytree(ROOT, workdir, ignore=IGNORED)
+    workdir = copy_checkout(tmp_path_factory.mktemp("toy") / "rpb-repro")  # no environments, no results
     git = ["git", "-C", str(workdir), "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "toy run"]):  # records carry a commit
         subprocess.run([*git, *command], check=True, capture_output=True)
