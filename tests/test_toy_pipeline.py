@@ -263,7 +263,7 @@ def test_sft_moves_routing_away_from_the_base(toy_run):
 def _independently_correct(item: pd.Series, response: str) -> bool | None:
     """Whether ``response`` answers ``item``, judged without the project's graders (None: not judged).
 
-    Math (F.3's order): the last ``\\boxed{}``, else what follows ``####``, else the last number,
+    Math (F.3's order): the last non-empty ``\\boxed{}``, else what follows ``####``, else the last number,
     equal to the gold as an integer; multiple choice: the last ``Answer: X`` line names the gold
     letter; code: the fenced program, run with the item's own tests in a plain interpreter,
     passes; LiveBench reasoning: the bold triple is the gold.
@@ -272,7 +272,7 @@ def _independently_correct(item: pd.Series, response: str) -> bool | None:
     import tempfile
 
     if item["template"] == "math" or item["benchmark"] == "livebench_math":
-        boxed = re.findall(r"\\boxed\{([^{}]*)\}", response)
+        boxed = [span for span in re.findall(r"\\boxed\{([^{}]*)\}", response) if span]  # empty: skipped
         after = response.rsplit("####", 1)[1] if "####" in response else None
         final = boxed[-1] if boxed else after if after is not None else response
         numbers = re.findall(r"-?\d+", final)
