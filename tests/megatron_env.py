@@ -7,7 +7,6 @@ Megatron-Core assumes CUDA in two places the router touches (``gating`` moves we
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -27,10 +26,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 def init_cpu_megatron() -> None:
     """A world of one process (gloo), all parallel sizes 1; idempotent."""
     torch.cuda.current_device = lambda: "cpu"
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29555")
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    if not dist.is_initialized():  # an in-memory store: no port that a concurrent test run could hold
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=1)
 

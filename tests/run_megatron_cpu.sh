@@ -33,6 +33,10 @@ if ! cmp -s envs/requirements-megatron-local-transformers.txt "$local_layer/requ
     .venv-megatron/bin/pip install -q --no-deps --target "$local_layer" -r envs/requirements-megatron-local-transformers.txt
     cp envs/requirements-megatron-local-transformers.txt "$local_layer/requirements.txt"
 fi
+# Imports checked first: a test module that cannot import is skipped, which would hide a broken
+# environment behind "1 skipped".
+PYTHONPATH="$local_layer" .venv-megatron/bin/python -c 'import transformers.models.deepseek_v2.modeling_deepseek_v2 as m, megatron.core; m.DeepseekV2TopkRouter'
+.venv-megatron/bin/python -c 'import megatron.core, transformers'
 compared_with_local=(tests/test_routing_megatron.py)
 PYTHONPATH="$local_layer" .venv-megatron/bin/python -m pytest -q -m megatron "${compared_with_local[@]}"
 # Every other Megatron test file (pytest's --ignore does not drop a file named on the command line).

@@ -36,6 +36,9 @@ CONDITIONS = yaml.safe_load((ROOT / "config.yaml").read_text())["conditions"]
 RATE = 1e-3
 # Megatron row n = t * B + b holds the transformers row b * T + t.
 ORDER = torch.arange(BATCH * SEQ).reshape(BATCH, SEQ).T.reshape(-1)
+#: ``(B, T)`` padding: the last two positions of every sequence, which the balancing and
+#: z-loss means and the expert-bias counts leave out on both sides.
+PADDING = torch.arange(SEQ)[None, :].expand(BATCH, -1) >= SEQ - 2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,14 +99,16 @@ def run_transformers(arch, objective, prior, spans, readout):
             mixed.append(dense(weights, indices, gate.weight.shape[0]))
             total = total + (mixed[-1] * readout[layer]).sum()
         logits, chosen = context.recorder.layer_logits(), context.recorder.layer_indices()
-    mask = torch.ones(BATCH * SEQ, dtype=torch.bool)
+    mask = ~PADDING.reshape(-1)
     terms = objective.data_terms(arch, logits, chosen, mask, spans, prior)
     base = [gate.weight.detach().clone() + 0.01 * torch.randn_like(gate.weight) for gate in gates]
     terms |= objective.parameter_terms([gate.weight for gate in gates], base)
     coefficients = objective.coefficients()
     total = total + sum(coefficients[name] * value for name, value in terms.items())
     total.backward()
-    loads = torch.stack([torch.bincount(k.reshape(-1), minlength=gates[0].weight.shape[0]) for k in chosen])
+    loads = torch.stack(
+        [torch.bincount(k[mask].reshape(-1), minlength=gates[0].weight.shape[0]) for k in chosen]
+    )
     return {
         "gates": gates,
         "base": base,
@@ -137,7 +142,7 @@ def run_megatron(arch, objective, prior, spans, readout, reference):
         hidden = (
             gate_input(gate, seed=layer + 1).reshape(BATCH, SEQ, -1).transpose(0, 1).contiguous()
         )  # (T, B, H)
-        probs, routing_map = router(hidden)
+        probs, routing_map = router(hidden, PADDING.T)  # (T, B) as Megatron's MoE layer passes it
         probs_out.append(probs.detach())
         maps.append(routing_map)
         total = total + (probs * readout[layer][ORDER]).sum()

@@ -127,7 +127,9 @@ def tokenizer():
 
 
 def _table(tokenizer, prompts, answers, max_length=64):
-    return SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], max_length))
+    return SpanTable(
+        lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], max_length), len(prompts)
+    )
 
 
 def test_batch_spans_are_the_local_backends_spans_of_each_row(tokenizer):

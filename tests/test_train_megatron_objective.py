@@ -99,10 +99,13 @@ class ToyRoutedLM(nn.Module):
     def set_input_tensor(self, tensor) -> None:
         """Pipeline stages' hook; one stage here."""
 
-    def forward(self, input_ids, position_ids=None, attention_mask=None, labels=None):
+    def forward(self, input_ids, position_ids=None, attention_mask=None, labels=None, padding_mask=None):
         hidden = self.embed(input_ids).transpose(0, 1)  # (S, B, H), Megatron's layout
+        padding = (
+            None if padding_mask is None else padding_mask.transpose(0, 1)
+        )  # (S, B), as MoE layers pass it
         for layer, router in enumerate(self.routers):
-            probs, _ = router(hidden)  # (S*B, E), row s*B + b
+            probs, _ = router(hidden, padding)  # (S*B, E), row s*B + b
             outputs = torch.einsum("nh,ehk->nek", hidden.reshape(-1, HIDDEN), self.experts[layer])
             mixed = (probs.unsqueeze(-1) * outputs).sum(dim=1)  # (S*B, H)
             hidden = hidden + torch.tanh(mixed).reshape(hidden.shape)
@@ -160,7 +163,7 @@ def megatron_steps(objective: Objective, rows: list[dict], prior: np.ndarray, mo
     context = routing_context(objective, num_moe_layers=LAYERS)
     install([model], context)
     assert model.config.moe_grad_scale_func is None  # the config Bridge saves with a checkpoint is untouched
-    table = SpanTable(lambda row: rows[row]["encoding"])
+    table = SpanTable(lambda row: rows[row]["encoding"], len(rows))
     state = SimpleNamespace(cfg=SimpleNamespace(model=SimpleNamespace(sequence_parallel=False)))
     forward_step = partial(make_forward_step(context, prior, table), state)
 

@@ -64,7 +64,11 @@ CONDITIONS = {
     "lbl": {"intervention": "load_balancing", "params": {"coefficient": 0.1}},
     "kl_base": {"intervention": "kl_base", "params": {"coefficient": 1.0}},
     "rpb": {"intervention": "rpb", "params": {"beta": 1.0}},
+    "z_loss": {"intervention": "z_loss", "params": {"coefficient": 1.0}},
 }
+#: Micro-batches of two rows of different lengths: Bridge pads them with eos, the local backend
+#: masks its padding; the routers' load-balancing and z-loss means must leave it out on both sides.
+MICRO_BATCH = 2
 
 
 def _pinned_gate_classes() -> dict[str, type[nn.Module]]:
@@ -85,9 +89,15 @@ class CausalMasked(nn.Module):
     def set_input_tensor(self, tensor) -> None:
         self.module.set_input_tensor(tensor)
 
-    def forward(self, input_ids, position_ids, attention_mask=None, labels=None):
+    def forward(self, input_ids, position_ids, attention_mask=None, labels=None, padding_mask=None):
         mask = bridge_cpu.causal_mask(input_ids.shape[1])
-        return self.module(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, labels=labels)
+        return self.module(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=mask,
+            labels=labels,
+            padding_mask=padding_mask,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -110,18 +120,26 @@ def inputs(tmp_path_factory):
     }
 
 
-def micro_batch(example, row: int) -> dict:
-    """Bridge's micro-batch keys for one encoded row, every token as input."""
-    ids = torch.tensor(example.input_ids)
-    labels = torch.tensor(labels_for(example, "answer"))
-    loss_mask = torch.zeros_like(ids)
-    loss_mask[:-1] = (labels[1:] != IGNORE_INDEX).long()  # shifted to the next-token labels
+def micro_batch(examples, rows, eos: int) -> dict:
+    """Bridge's micro-batch keys for encoded rows, every token as input, padded with eos as Bridge pads."""
+    length = max(len(examples[row].input_ids) for row in rows)
+    tokens, labels, loss_masks = [], [], []
+    for row in rows:
+        ids = torch.tensor(examples[row].input_ids)
+        answer = torch.tensor(labels_for(examples[row], "answer"))
+        loss_mask = torch.zeros(length, dtype=torch.long)
+        loss_mask[: len(ids) - 1] = (answer[1:] != IGNORE_INDEX).long()  # shifted to the next-token labels
+        padded = torch.full((length + 1,), eos)
+        padded[: len(ids)] = ids
+        tokens.append(padded[:-1])
+        labels.append(padded[1:])
+        loss_masks.append(loss_mask)
     return {
-        "tokens": ids[None],
-        "labels": torch.cat([ids[1:], ids[-1:]])[None],
-        "loss_mask": loss_mask[None],
-        "position_ids": torch.arange(len(ids))[None],
-        "metadata": [{"prior_row": row}],
+        "tokens": torch.stack(tokens),
+        "labels": torch.stack(labels),
+        "loss_mask": torch.stack(loss_masks),
+        "position_ids": torch.arange(length).expand(len(rows), -1),
+        "metadata": [{"prior_row": int(row)} for row in rows],
     }
 
 
@@ -154,7 +172,7 @@ def megatron_run(objective: Objective, inputs, monkeypatch) -> tuple[list[float]
     examples = inputs["examples"]
     # Every token is an input here: the table's encoding carries one more (Bridge never inputs the last).
     eos = inputs["tokenizer"].eos_token_id
-    table = SpanTable(lambda row: ([*examples[row].input_ids, eos], [*examples[row].span_ids, -1]))
+    table = SpanTable(lambda row: ([*examples[row].input_ids, eos], [*examples[row].span_ids, -1]), ROWS)
     state = SimpleNamespace(cfg=SimpleNamespace(model=SimpleNamespace(sequence_parallel=False)))
     forward_step = partial(make_forward_step(context, inputs["prior"], table), state)
 
@@ -165,19 +183,19 @@ def megatron_run(objective: Objective, inputs, monkeypatch) -> tuple[list[float]
 
     gpt.config.finalize_model_grads_func = finalize
     monkeypatch.setattr(schedules, "torch", _CpuTorch())
-    plan = BatchPlan(ROWS, GBS, 1, SEED, epochs=-(-STEPS * GBS // ROWS))  # the local loop's plan
+    plan = BatchPlan(ROWS, GBS, MICRO_BATCH, SEED, epochs=-(-STEPS * GBS // ROWS))  # the local loop's plan
     optimizer = sgd(gpt.parameters())
     losses = []
     for step in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        batches = [micro_batch(examples[int(r[0])], int(r[0])) for r in plan.micro_batches(step)]
+        batches = [micro_batch(examples, rows, eos) for rows in plan.micro_batches(step)]
         reduced = schedules.forward_backward_no_pipelining(
             forward_step_func=forward_step,
             data_iterator=iter(batches),
             model=model,
             num_microbatches=len(batches),
             seq_length=MAX_LENGTH,
-            micro_batch_size=1,
+            micro_batch_size=MICRO_BATCH,
             forward_only=False,
         )
         total, count = (sum(entry["lm loss"][i] for entry in reduced) for i in range(2))
@@ -194,7 +212,7 @@ def local_run(objective: Objective, inputs, monkeypatch) -> tuple[list[dict], nn
     config = TrainConfig(
         epochs=1,
         global_batch_size=GBS,
-        micro_batch_size=1,
+        micro_batch_size=MICRO_BATCH,
         lr_max=LR,
         lr_min=LR,
         warmup_steps=0,

@@ -16,8 +16,8 @@ import torch  # noqa: E402
 from tests.test_train import toy_rows, toy_tokenizer  # noqa: E402
 from workflow_scripts.modeling.tokenizer import answer_span_mask  # noqa: E402
 from workflow_scripts.routing.core import prior_to_bias, span_bias_per_token  # noqa: E402
-from workflow_scripts.train.megatron.spans import SpanTable  # noqa: E402
-from workflow_scripts.train.megatron.step import routing_context, set_micro_batch  # noqa: E402
+from workflow_scripts.train.megatron.spans import SpanTable, padding_mask  # noqa: E402
+from workflow_scripts.train.megatron.step import routed_tokens, routing_context, set_micro_batch  # noqa: E402
 from workflow_scripts.train.objective import Objective  # noqa: E402
 
 LAYERS, EXPERTS = 2, 4
@@ -27,7 +27,7 @@ LAYERS, EXPERTS = 2, 4
 def micro_batch():
     tokenizer = toy_tokenizer()
     prompts, answers = toy_rows(5)
-    table = SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], 64))
+    table = SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], 64), len(prompts))
     rows = [3, 1]
     encoded = [table.row(r) for r in rows]
     seq = max(len(ids) for ids, _ in encoded) + 4
@@ -80,3 +80,27 @@ def test_conditions_without_a_prior_clear_the_context(micro_batch):
     )
     with pytest.raises(ValueError, match="reads a prior"):
         set_micro_batch(rpb, batch, None, table, 0, 1, sequence_parallel=False)
+
+
+def test_padding_is_every_position_past_a_rows_inputs(micro_batch):
+    batch, _, table, rows, full_spans = micro_batch
+    padding = padding_mask(batch["tokens"], np.asarray(rows), table)
+    lengths = [len(table.row(r)[0]) - 1 for r in rows]
+    want = torch.stack([torch.arange(full_spans.shape[1]) >= n for n in lengths])
+    assert torch.equal(padding, want)
+    assert padding.any() and not padding.all()
+
+
+def test_routed_tokens_count_the_non_padding_tokens_a_rank_routes_times_the_tp_size(micro_batch):
+    batch, _, table, rows, _ = micro_batch
+    padding = padding_mask(batch["tokens"], np.asarray(rows), table)  # (B, S), padding at the end
+    valid = int((~padding).sum())
+    assert routed_tokens(padding, 0, 1, sequence_parallel=False) == valid
+    assert routed_tokens(padding, 1, 2, sequence_parallel=False) == 2 * valid
+    half = padding.shape[1] // 2
+    first, second = (int((~padding[:, part]).sum()) for part in (slice(0, half), slice(half, None)))
+    assert second < first  # the chunks differ: the later one holds more padding
+    assert [routed_tokens(padding, rank, 2, sequence_parallel=True) for rank in (0, 1)] == [
+        2 * first,
+        2 * second,
+    ]

@@ -79,15 +79,16 @@ MODES = (None, "soft", "hard")
 def aux_loss_correction(answer_tokens: float, micro_batches: int, router_tokens: int) -> float:
     """Factor on Megatron's auxiliary-loss gradients that makes each term weigh ``1 / M``.
 
-    Megatron attaches ``loss * N`` (``N = router_tokens``: the micro-batch's tokens over the
-    whole sequence, i.e. the router's local count times the tensor-parallel size under
-    sequence parallelism) and later divides by ``T = answer_tokens``, the loss-mask count of
-    the global batch summed over data-parallel ranks. ``T / (M * N)`` turns ``N / T`` into the
-    local backend's ``1 / M``, ``M = micro_batches`` the micro-batches of the global batch.
+    Megatron attaches ``loss * N`` (``N = router_tokens``: the non-padding tokens the rank
+    routes times the tensor-parallel size, ``step.routed_tokens``) and later divides by
+    ``T = answer_tokens``, the loss-mask count of the global batch summed over data-parallel
+    ranks. ``T / (M * N)`` turns ``N / T`` into the local backend's ``1 / M``, ``M =
+    micro_batches`` the micro-batches of the global batch. A rank routing only padding
+    (``N = 0``) attaches nothing, whatever the factor.
     """
-    if micro_batches <= 0 or router_tokens <= 0:
-        raise ValueError(f"need micro-batches and tokens, got {micro_batches} and {router_tokens}")
-    return max(float(answer_tokens), 1.0) / (micro_batches * router_tokens)
+    if micro_batches <= 0 or router_tokens < 0:
+        raise ValueError(f"need micro-batches and a token count, got {micro_batches} and {router_tokens}")
+    return max(float(answer_tokens), 1.0) / (micro_batches * max(router_tokens, 1))
 
 
 def sequence_parallel_slice(span_ids: Tensor, rank: int, world: int) -> Tensor:
@@ -251,6 +252,15 @@ class PriorBiasedRouter(TopKRouter):
             return super().apply_z_loss(logits, padding_mask)
         attached = super().apply_z_loss(_ScaleGradient.apply(logits, scale), padding_mask)
         return _ScaleGradient.apply(attached, 1.0 / scale)
+
+    def _apply_expert_bias(self, routing_map: Tensor, padding_mask: Tensor | None = None) -> None:
+        """Megatron's expert-bias token count, with the padding mask broadcast over experts.
+
+        Megatron-Core 0.19.2 masks the ``(N, E)`` routing map with the flat ``(N,)`` padding
+        mask, which fails (or, where ``N == E``, masks experts instead of tokens).
+        """
+        column = None if padding_mask is None else padding_mask.reshape(-1, 1)  # (N, 1)
+        super()._apply_expert_bias(routing_map, padding_mask=column)
 
     def _score(self, logits: Tensor, **kwargs) -> tuple[Tensor, Tensor]:
         """Megatron's own score function, group-limited top-k, normalisation and scaling."""

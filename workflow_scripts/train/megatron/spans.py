@@ -31,8 +31,14 @@ ROW_ID_KEY = "prior_row"
 class SpanTable:
     """Token ids and span ids of each split row, encoded on demand with the local backend's rule."""
 
-    def __init__(self, encode: Callable[[int], tuple[Sequence[int], Sequence[int]]], cache_rows: int = 4096):
+    def __init__(
+        self,
+        encode: Callable[[int], tuple[Sequence[int], Sequence[int]]],
+        num_rows: int,
+        cache_rows: int = 4096,
+    ):
         self._encode = lru_cache(maxsize=cache_rows)(encode)
+        self.num_rows = num_rows
 
     def row(self, row_id: int) -> tuple[Sequence[int], Sequence[int]]:
         return self._encode(int(row_id))
@@ -46,7 +52,9 @@ def span_table(
     Bridge's inputs are the encoding without its last token, so the token after the last
     input decides whether the encoding was cut; ``batch_span_ids`` compares the inputs only.
     """
-    return SpanTable(lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], sequence_length + 1))
+    return SpanTable(
+        lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], sequence_length + 1), len(prompts)
+    )
 
 
 def row_ids(metadata: Sequence[dict], num_rows: int) -> np.ndarray:
@@ -86,6 +94,17 @@ def batch_span_ids(tokens: Tensor, rows: np.ndarray, table: SpanTable) -> Tensor
             )
         spans[sample, :shared] = torch.as_tensor(list(row_spans[:shared]), dtype=torch.long)
     return spans
+
+
+def padding_mask(tokens: Tensor, rows: np.ndarray, table: SpanTable) -> Tensor:
+    """``(B, S)`` true on Bridge's eos padding: the positions at or past each row's last input.
+
+    Megatron's ``padding_mask`` convention, which keeps padding out of the load-balancing and
+    z-loss means and the expert-bias counts as the local backend's attention mask does.
+    """
+    batch, seq = tokens.shape
+    lengths = torch.tensor([min(seq, len(table.row(int(row))[0]) - 1) for row in rows])  # (B,)
+    return torch.arange(seq)[None, :] >= lengths[:, None]
 
 
 def gather_prior(prior: np.ndarray, rows: np.ndarray) -> Tensor:

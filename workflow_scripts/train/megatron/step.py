@@ -10,10 +10,13 @@ context is still that micro-batch's during activation recomputation.
 
 The loss is Bridge's masked next-token loss in its per-token form (sum, token count), which
 with ``calculate_per_token_loss`` is the mean over the answer tokens of the global batch,
-as in the local backend. The auxiliary losses the routers attach get the local backend's
-weight (the mean over micro-batches) through ``routing.megatron.aux_loss_correction``, which
-needs the global batch's answer-token count before the first backward: the step reads all
-of its micro-batches at the first forward (``StepBatches``).
+as in the local backend. Bridge's eos padding goes to the model as Megatron's
+``padding_mask``, so the routers' load-balancing and z-loss means and expert-bias counts
+leave it out as the local backend's attention mask does. The auxiliary losses the routers
+attach get the local backend's weight (the mean over micro-batches) through
+``routing.megatron.aux_loss_correction``, which needs the global batch's answer-token count
+before the first backward: the step reads all of its micro-batches at the first forward
+(``StepBatches``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from workflow_scripts.routing.megatron import (
     aux_loss_correction,
     sequence_parallel_slice,
 )
-from workflow_scripts.train.megatron.spans import SpanTable, batch_span_ids, gather_prior, row_ids
+from workflow_scripts.train.megatron.spans import (
+    SpanTable,
+    batch_span_ids,
+    gather_prior,
+    padding_mask,
+    row_ids,
+)
 from workflow_scripts.train.objective import Objective
 
 
@@ -69,6 +78,16 @@ def set_micro_batch(
     world, rank = (tp_size, tp_rank) if sequence_parallel else (1, 0)
     local = sequence_parallel_slice(spans, rank, world).to(tokens.device)  # (S_local, B)
     context.set_batch(gather_prior(prior, rows).to(tokens.device), local)
+
+
+def routed_tokens(padding: torch.Tensor, tp_rank: int, tp_size: int, sequence_parallel: bool) -> int:
+    """The token count Megatron multiplies this rank's auxiliary losses by under per-token loss.
+
+    Its routers attach ``loss * valid * tp_size``, ``valid`` the non-padding tokens the rank
+    routes: its sequence-parallel chunk, or the whole sequence without sequence parallelism.
+    """
+    chunk = sequence_parallel_slice(padding, tp_rank, tp_size) if sequence_parallel else padding
+    return int((~chunk).sum()) * tp_size
 
 
 class StepBatches:
@@ -117,25 +136,30 @@ def make_forward_step(
             key: batch[key].to(device, non_blocking=True)
             for key in ("tokens", "labels", "loss_mask", "position_ids")
         }
-        config = state.cfg.model
+        sequence_parallel = bool(state.cfg.model.sequence_parallel)
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        tp_size = parallel_state.get_tensor_model_parallel_world_size()
         set_micro_batch(
             context,
             {"tokens": tensors["tokens"], "metadata": batch["metadata"]},
             prior,
             table,
-            parallel_state.get_tensor_model_parallel_rank(),
-            parallel_state.get_tensor_model_parallel_world_size(),
-            bool(config.sequence_parallel),
+            tp_rank,
+            tp_size,
+            sequence_parallel,
         )
-        # Megatron's per-token count of the routers' tokens, over the whole sequence.
+        padding = padding_mask(batch["tokens"], row_ids(batch["metadata"], table.num_rows), table)  # (B, S)
         context.aux_loss_scale = aux_loss_correction(
-            step.answer_tokens, step.micro_batches, tensors["tokens"].numel()
+            step.answer_tokens,
+            step.micro_batches,
+            routed_tokens(padding, tp_rank, tp_size, sequence_parallel),
         )
         output = model(
             input_ids=tensors["tokens"],
             position_ids=tensors["position_ids"],
             attention_mask=None,
             labels=tensors["labels"],
+            padding_mask=padding.to(device),
         )
         return output, partial(masked_next_token_loss, tensors["loss_mask"])
 
