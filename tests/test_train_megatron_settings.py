@@ -3,7 +3,7 @@
 Every (model, condition) config comes from ``settings.bridge_config`` on a toy base of the
 model's architecture; ``tests.megatron_settings_table`` reads the values back through Bridge's
 step arithmetic and Megatron-Core's parameter scheduler (weight decay included, which the
-scheduler rewrites every step). The README's table is that module's output.
+scheduler rewrites every step). The table in docs/training.md is that module's output.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def test_bridge_samples_five_epochs_cut_per_epoch_plus_two_steps(bases, tmp_path
     """782 iterations of Bridge's batch sampler: 5 reshuffled epochs of 156 full batches, then 2 more.
 
     Bridge cuts every epoch separately and drops its last 32 rows (``drop_last``), so a run
-    sees 5 x 19,968 + 256 rows; the local backend's continuous stream sees 100,000 (README:
-    Paper scale, epochs).
+    sees 5 x 19,968 + 256 rows; the local backend's continuous stream sees 100,000 (docs/training.md:
+    where the two backends differ, epochs).
     """
     from megatron.bridge.data.samplers import MegatronPretrainingBatchSampler
 
@@ -130,7 +130,30 @@ def test_bridge_samples_five_epochs_cut_per_epoch_plus_two_steps(bases, tmp_path
     assert sum(len(batch) for batch in run) == 5 * (NUM_ROWS - 32) + 2 * gbs
 
 
-def test_readme_shows_the_generated_table(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    missing = [line for line in table_lines(tmp_path) if line and line not in readme]
-    assert not missing, "README.md's settings table is stale: python -m tests.megatron_settings_table"
+def test_docs_show_the_generated_table(tmp_path):
+    page = (ROOT / "docs" / "training.md").read_text()
+    missing = [line for line in table_lines(tmp_path) if line and line not in page]
+    assert not missing, "docs/training.md's settings table is stale: python -m tests.megatron_settings_table"
+
+
+@pytest.mark.parametrize("model", ["moonlight", "deepseek_v2_lite", "qwen3_30b"])
+def test_toy_precision_trains_in_fp32_and_the_vocabulary_is_the_bases(bases, model, tmp_path):
+    """``training.precision: fp32`` reaches the optimizer (the recipe's defaults to bf16), and the
+    model keeps the base's vocabulary through Bridge's start-up check with the base's tokenizer."""
+    import json
+
+    from megatron.bridge.training.setup import _validate_and_set_vocab_size
+    from transformers import AutoTokenizer
+
+    config = paper_config()
+    config["training"]["precision"] = "fp32"
+    cfg = build(bases[model], config["conditions"]["sft"], config, tmp_path)
+    assert cfg.mixed_precision is None
+    assert (cfg.optimizer.bf16, cfg.optimizer.fp16) == (False, False)
+    vocab = json.loads((bases[model] / "config.json").read_text())["vocab_size"]
+    tokenizer = AutoTokenizer.from_pretrained(bases[model])
+    assert cfg.model.vocab_size == vocab and not cfg.tokenizer.use_tokenizer_vocab_size
+    assert _validate_and_set_vocab_size(cfg.model.vocab_size, len(tokenizer)) == (vocab, False)
+    config["training"]["precision"] = "bf16"
+    cfg = build(bases[model], config["conditions"]["sft"], config, tmp_path)
+    assert cfg.mixed_precision == "bf16_mixed" and cfg.optimizer.bf16 is True

@@ -131,6 +131,9 @@ def run_megatron(args: argparse.Namespace) -> None:
     # The prior's chain (split, base, template -> prior) was checked by the claim, once per job.
     objective, _ = objective_for(args)
     tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
+    check_vocabulary(
+        len(tokenizer), json.loads((Path(args.hf_base) / "config.json").read_text()), Path(args.hf_base)
+    )
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     prior = load_prior(args.prior) if args.prior else None
     if prior is not None and prior.shape[2] != args.moe_layers:
@@ -190,6 +193,21 @@ def check_convertible(hf_config: dict[str, Any]) -> None:
         )
 
 
+def check_vocabulary(tokenizer_size: int, hf_config: dict[str, Any], hf_base: Path) -> None:
+    """Refuse a tokenizer with more tokens than the model has embedding rows.
+
+    Bridge compares the two only at training start-up, on every rank of every node, and an
+    id past the embedding would index outside it; a smaller tokenizer is fine (the paper
+    models' embeddings are padded beyond their tokenizers).
+    """
+    rows = int(hf_config["vocab_size"])
+    if tokenizer_size > rows:
+        raise UserInputError(
+            f"{hf_base}: the tokenizer has {tokenizer_size} tokens, the model's vocab_size "
+            f"(config.json) {rows}; Megatron-Bridge refuses a model vocabulary smaller than its tokenizer's"
+        )
+
+
 def import_base(args: argparse.Namespace) -> None:
     """HF -> Megatron, once per base model, into a staging folder.
 
@@ -198,7 +216,12 @@ def import_base(args: argparse.Namespace) -> None:
     ``import_ckpt`` would pass the flag to the model's config too, which Bridge's Moonlight
     recipe reads without it.
     """
-    check_convertible(json.loads((Path(args.hf_base) / "config.json").read_text()))
+    from transformers import AutoTokenizer
+
+    hf_config = json.loads((Path(args.hf_base) / "config.json").read_text())
+    check_convertible(hf_config)
+    tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
+    check_vocabulary(len(tokenizer), hf_config, Path(args.hf_base))
     from megatron.bridge import AutoBridge
 
     os.environ.setdefault("MASTER_PORT", free_port())

@@ -232,6 +232,8 @@ def bridge_config(
         for name, value in fields.items():
             setattr(getattr(cfg, section), name, value)
     cfg.mixed_precision = mixed_precision(training)
+    if cfg.mixed_precision is None:  # plain fp32: the recipe's optimizer defaults to bf16 otherwise
+        cfg.optimizer.bf16 = cfg.optimizer.fp16 = False
     cfg.dataset = GPTSFTDatasetConfig(
         seq_length=int(training["sequence_length"]),
         dataset_root=str(dataset_dir),
