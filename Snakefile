@@ -5,12 +5,20 @@
     snakemake results/provenance/table5.json --profile profiles/local   # one table's closure
 """
 
+import sys
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
+sys.path.insert(0, workflow.basedir)
+from workflow_scripts.registry import CONFIG_FILE, read_config_file
 
-configfile: "config.yaml"
+# Snakemake's own loader names neither file nor line of a YAML error: read the file first.
+read_config_file(CONFIG_FILE)
+
+
+configfile: CONFIG_FILE
 
 
 report: "rules/captions/workflow.rst"

@@ -47,12 +47,12 @@ sys.path.insert(0, str(ROOT))
 from single_core import CLOCKS, add_clock_arguments  # noqa: E402
 from toy_models import add_model_arguments, architectures, toy_spec  # noqa: E402
 
+from workflow_scripts.modeling.batches import MicroBatch, collate, encode_rows  # noqa: E402
 from workflow_scripts.modeling.tokenizer import train_tokenizer  # noqa: E402
 from workflow_scripts.modeling.toy import build_toy_model  # noqa: E402
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
 from workflow_scripts.priors.compute import compute_prior  # noqa: E402
-from workflow_scripts.registry import load_config  # noqa: E402
-from workflow_scripts.train.batches import MicroBatch, collate, encode_rows  # noqa: E402
+from workflow_scripts.registry import load_config, shipped_config_files  # noqa: E402
 
 GOAL = 1.1
 
@@ -119,7 +119,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    config = load_config(ROOT, toy=True)
+    config = load_config(shipped_config_files(ROOT, toy=True))
     batch_size = args.batch_size or int(config["prior"]["batch_size"])
     max_length = args.max_length or int(config["training"]["sequence_length"])
     frame = synthetic_rows({"Math": args.rows // 2, "main": args.rows - args.rows // 2}, seed=0)

@@ -3,7 +3,7 @@
 Builds the toy model of each architecture from the toy overlay (``profiles/local/toy.yaml``
 sizes with the registry's E, k and MoE layers, as ``rules/common.smk`` does), a tokenizer and
 rows from the toy pretraining generator, and a random Dirichlet prior, then runs the project's
-own ``train`` loop (``workflow_scripts.train.loop``) with the toy ``training`` section, once per
+own ``train`` loop (``workflow_scripts.modeling.loop``) with the toy ``training`` section, once per
 intervention family of ``config.yaml``'s ``conditions``. The first condition of each
 intervention stands for the rest: the beta / coefficient / lambda sweeps run the same code, and
 the shuffled-prior controls (within_soft, within_hard, global_hard) are RPB and RPB-hard reading
@@ -43,14 +43,14 @@ sys.path.insert(0, str(ROOT))
 from single_core import CLOCKS, add_clock_arguments  # noqa: E402
 from toy_models import add_model_arguments, architectures, toy_spec  # noqa: E402
 
+from workflow_scripts.modeling.batches import Example, encode_rows  # noqa: E402
+from workflow_scripts.modeling.loop import TrainConfig, train  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.tokenizer import train_tokenizer  # noqa: E402
 from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model  # noqa: E402
 from workflow_scripts.models.pretrain_corpus import synthetic_rows  # noqa: E402
-from workflow_scripts.registry import load_config  # noqa: E402
-from workflow_scripts.train.batches import Example, encode_rows  # noqa: E402
+from workflow_scripts.registry import load_config, shipped_config_files  # noqa: E402
 from workflow_scripts.train.cli import train_config  # noqa: E402
-from workflow_scripts.train.loop import TrainConfig, train  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 GOAL = 1.05
 CONTROL = "sft (control)"
@@ -141,7 +141,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)  # as `train run` does
-    config = load_config(ROOT, toy=True)
+    config = load_config(shipped_config_files(ROOT, toy=True))
     training = config["training"]
     base = train_config(training)
     length = args.sequence_length or int(training["sequence_length"])

@@ -55,10 +55,8 @@ rule build_corpus:
     output:
         multiext(
             layout.rule_path("corpus", name=""),
-            train="train.parquet",
-            probe="probe.parquet",
-            report="report.json",
-            provenance="provenance.json",
+            **dag_inputs.CORPUS_FILES,
+            provenance=layout.PROVENANCE_FILE,
         ),
     params:
         format=lambda w: config["datasets"][config["corpora"][w.corpus]["dataset"]]["format"],

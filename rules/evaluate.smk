@@ -3,8 +3,8 @@
 
 rule download_benchmark:
     output:
-        raw=layout.rule_path("benchmark", name="raw.parquet"),
-        manifest=layout.rule_path("benchmark", name="manifest.json"),
+        raw=layout.rule_path("benchmark", name=layout.RAW_FILE),
+        manifest=layout.rule_path("benchmark", name=layout.MANIFEST_FILE),
     wildcard_constraints:
         benchmark=sourced_from("hub", config["benchmarks"]),
     params:
@@ -28,8 +28,8 @@ rule download_benchmark:
 
 rule toy_benchmark:
     output:
-        raw=layout.rule_path("benchmark", name="raw.parquet"),
-        provenance=layout.rule_path("benchmark", name="raw.provenance.json"),
+        raw=layout.rule_path("benchmark", name=layout.RAW_FILE),
+        provenance=layout.rule_path("benchmark", name=layout.RAW_PROVENANCE),
     wildcard_constraints:
         benchmark=sourced_from("toy", config["benchmarks"]),
     params:
@@ -49,10 +49,10 @@ rule toy_benchmark:
 
 rule benchmark_items:
     input:
-        raw=layout.rule_path("benchmark", name="raw.parquet"),
+        raw=layout.rule_path("benchmark", name=layout.RAW_FILE),
     output:
-        benchmark_items=layout.rule_path("benchmark", name="items.parquet"),
-        provenance=layout.rule_path("benchmark", name="provenance.json"),
+        benchmark_items=layout.rule_path("benchmark", name=layout.ITEMS_FILE),
+        provenance=layout.rule_path("benchmark", name=layout.PROVENANCE_FILE),
     params:
         spec=lambda w: config_slice(config["benchmarks"][w.benchmark], ("template",)),
         shuffle_seed=config["evaluation"]["choice_shuffle_seed"],
@@ -78,16 +78,16 @@ rule generate:
         checkpoint=evaluated_checkpoint,
         benchmark_items=BENCHMARK_ITEMS,
     output:
-        generations=gpu_days(layout.rule_path("eval", name="generations.parquet")),
-        provenance=layout.rule_path("eval", name="generations.provenance.json"),
+        generations=gpu_days(layout.rule_path("eval", name=layout.GENERATIONS_FILE)),
+        provenance=layout.rule_path("eval", name=layout.GENERATIONS_PROVENANCE),
     wildcard_constraints:
-        run=EVALUATED_RUN,
+        evaluated=EVALUATED,
     params:
         sampling=SAMPLING,
         backend=config["evaluation"]["backend"],
         options=GENERATE_OPTIONS,
     log:
-        "logs/evals/generate/{model}/{run}.log",
+        "logs/evals/generate/{model}/{evaluated}.log",
     conda:
         "../envs/eval.yaml"
     envmodules:
@@ -103,22 +103,22 @@ rule generate:
 rule score:
     input:
         benchmark_items=BENCHMARK_ITEMS,
-        generations=layout.rule_path("eval", name="generations.parquet"),
+        generations=layout.rule_path("eval", name=layout.GENERATIONS_FILE),
     output:
-        scores=layout.rule_path("eval", name="scores.parquet"),
-        summary=layout.rule_path("eval", name="summary.json"),
-        provenance=layout.rule_path("eval", name="provenance.json"),
+        scores=layout.rule_path("eval", name=layout.SCORES_FILE),
+        summary=layout.rule_path("eval", name=layout.SUMMARY_FILE),
+        provenance=layout.rule_path("eval", name=layout.PROVENANCE_FILE),
     wildcard_constraints:
-        run=EVALUATED_RUN,
+        evaluated=EVALUATED,
     params:
         repeats=config["evaluation"]["repeats"],
         limits=SANDBOX_LIMITS,
         workers=config["evaluation"]["grading_workers"],
         math_timeout=config["evaluation"]["math_timeout_seconds"],
         max_response_chars=config["evaluation"]["max_response_chars"],
-        identity=evaluated_run,
+        identity=evaluated_identity,
     log:
-        "logs/evals/score/{model}/{run}.log",
+        "logs/evals/score/{model}/{evaluated}.log",
     conda:
         "../envs/eval.yaml"
     envmodules:

@@ -3,8 +3,8 @@
 
 rule download_model:
     output:
-        base=directory(layout.rule_path("model", name="base")),
-        manifest=layout.rule_path("model", name="manifest.json"),
+        base=directory(layout.rule_path("model", name=layout.BASE_MODEL)),
+        manifest=layout.rule_path("model", name=layout.MANIFEST_FILE),
     wildcard_constraints:
         model=sourced_from("hub", config["models"]),
     params:
@@ -27,9 +27,9 @@ rule download_model:
 
 rule toy_base_model:
     output:
-        base=directory(layout.rule_path("model", name="base")),
-        report=layout.rule_path("model", name="routing_report.json"),
-        provenance=layout.rule_path("model", name="provenance.json"),
+        base=directory(layout.rule_path("model", name=layout.BASE_MODEL)),
+        report=layout.rule_path("model", name=layout.ROUTING_REPORT),
+        provenance=layout.rule_path("model", name=layout.PROVENANCE_FILE),
     wildcard_constraints:
         model=sourced_from("toy", config["models"]),
     params:

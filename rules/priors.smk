@@ -3,13 +3,13 @@
 
 rule prior:
     input:
-        model=layout.rule_path("model", name="base"),
-        split=layout.rule_path("corpus", name="train.parquet"),
+        model=layout.rule_path("model", name=layout.BASE_MODEL),
+        split=layout.rule_path("corpus", name=layout.SPLIT_FILE),
     output:
-        prior=layout.rule_path("prior", name="prior.npy"),
-        meta=layout.rule_path("prior", name="meta.json"),
-        stats=layout.rule_path("prior", name="stats.json"),
-        provenance=layout.rule_path("prior", name="provenance.json"),
+        prior=layout.rule_path("prior", name=layout.PRIOR_FILES["base"]),
+        meta=layout.rule_path("prior", name=layout.PRIOR_META),
+        stats=layout.rule_path("prior", name=layout.PRIOR_STATS),
+        provenance=layout.rule_path("prior", name=layout.PROVENANCE_FILE),
     params:
         batch_size=config["prior"]["batch_size"],
         max_length=config["training"]["sequence_length"],

@@ -4,11 +4,11 @@
 rule probe_routes:
     input:
         checkpoint=probed_checkpoint,
-        pool=layout.rule_path("corpus", name="probe.parquet"),
+        pool=layout.rule_path("corpus", name=layout.POOL_FILE),
     output:
-        routes=layout.rule_path("probe", name="routes.npz"),
-        meta=layout.rule_path("probe", name="meta.json"),
-        provenance=layout.rule_path("probe", name="provenance.json"),
+        routes=layout.rule_path("probe", name=layout.ROUTES_FILE),
+        meta=layout.rule_path("probe", name=layout.ROUTES_META),
+        provenance=layout.rule_path("probe", name=layout.PROVENANCE_FILE),
     wildcard_constraints:
         run=PROBED_RUN,
     params:
@@ -30,10 +30,10 @@ rule probe_routes:
 
 rule base_partition:
     input:
-        routes=layout.rule_path("probe", run="base", name="routes.npz"),
+        routes=layout.rule_path("probe", run=registry.BASE, name=layout.ROUTES_FILE),
     output:
-        partition=layout.rule_path("graph", run="base", name="partition.json"),
-        provenance=layout.rule_path("graph", run="base", name="provenance.json"),
+        partition=layout.rule_path("graph", run=registry.BASE, name=layout.PARTITION_FILE),
+        provenance=layout.rule_path("graph", run=registry.BASE, name=layout.PROVENANCE_FILE),
     params:
         detector=DETECTOR,
     log:
@@ -49,13 +49,13 @@ rule base_partition:
 
 rule retention:
     input:
-        routes=layout.rule_path("probe", run="{condition}/s{seed}", name="routes.npz"),
-        base_routes=layout.rule_path("probe", run="base", name="routes.npz"),
-        partition=layout.rule_path("graph", run="base", name="partition.json"),
+        routes=layout.rule_path("probe", run=layout.run_name("{condition}", "{seed}"), name=layout.ROUTES_FILE),
+        base_routes=layout.rule_path("probe", run=registry.BASE, name=layout.ROUTES_FILE),
+        partition=layout.rule_path("graph", run=registry.BASE, name=layout.PARTITION_FILE),
     output:
-        metrics=layout.rule_path("graph", run="{condition}/s{seed}", name="metrics.json"),
-        layers=layout.rule_path("graph", run="{condition}/s{seed}", name="layers.parquet"),
-        provenance=layout.rule_path("graph", run="{condition}/s{seed}", name="provenance.json"),
+        metrics=layout.rule_path("graph", run=layout.run_name("{condition}", "{seed}"), name=layout.METRICS_FILE),
+        layers=layout.rule_path("graph", run=layout.run_name("{condition}", "{seed}"), name=layout.LAYERS_FILE),
+        provenance=layout.rule_path("graph", run=layout.run_name("{condition}", "{seed}"), name=layout.PROVENANCE_FILE),
     params:
         detector=DETECTOR,
         probe=RETENTION_PROBE,
@@ -73,13 +73,13 @@ rule retention:
 
 rule shuffled_priors:
     input:
-        prior=layout.rule_path("prior", name="prior.npy"),
-        partition=layout.rule_path("graph", run="base", name="partition.json"),
+        prior=layout.rule_path("prior", name=layout.PRIOR_FILES["base"]),
+        partition=layout.rule_path("graph", run=registry.BASE, name=layout.PARTITION_FILE),
     output:
-        within=layout.rule_path("prior", name="shuffled-within.npy"),
-        shuffled_global=layout.rule_path("prior", name="shuffled-global.npy"),
-        validation=layout.rule_path("prior", name="prior_validation.json"),
-        provenance=layout.rule_path("prior", name="shuffle-provenance.json"),
+        within=layout.rule_path("prior", name=layout.PRIOR_FILES["shuffled_within"]),
+        shuffled_global=layout.rule_path("prior", name=layout.PRIOR_FILES["shuffled_global"]),
+        validation=layout.rule_path("prior", name=layout.PRIOR_VALIDATION),
+        provenance=layout.rule_path("prior", name=layout.SHUFFLE_PROVENANCE),
     params:
         top_k=lambda w: config["models"][w.model]["top_k"],
         seed=config["probe"]["shuffle_seeds"][0],

@@ -1,7 +1,3 @@
-# Recorded in each manifest, so that an audit can re-read the config a table was made with.
-CONFIG_FILES = merged_config_files()
-
-
 # One manifest per table and figure: its closure, input checksums, upstream records.
 
 localrules:
@@ -21,7 +17,7 @@ rule provenance_manifest:
         entry=lambda w: json.dumps(OUTPUTS[w.output], sort_keys=True),
         closure=lambda w: json.dumps(registry.closure(config, w.output).as_dict(), sort_keys=True),
         config=json.dumps(config, sort_keys=True),
-        config_files=CONFIG_FILES,
+        config_files=CONFIG_FILES,  # recorded, so that an audit can re-read the config it was made with
     log:
         "logs/provenance/{output}.log",
     conda:
@@ -40,9 +36,10 @@ rule provenance_manifest:
 # add `--forcerun provenance_audit` (or run the command) to audit again.
 rule provenance_audit:
     input:
-        unpack(lambda w: {"manifest": str(layout.manifest_path("results", w.output)), "closure": closure_inputs(w.output)}),
+        manifest=layout.rule_path("provenance", ".json"),
+        closure=lambda w: closure_inputs(w.output),
     output:
-        report=str(layout.audit_path("results", "{output}")),
+        report=layout.rule_path("provenance", ".audit.txt"),
     wildcard_constraints:
         output=alternatives(OUTPUTS),
     params:

@@ -20,9 +20,8 @@ rule table:
         table=alternatives(config["tables"]),
     params:
         config=lambda w: report_config(w.table),
-        reference=lambda w, input: " ".join(
-            f"--{name.replace('_', '-')} {input[name]}" for name in ("reference", "reference_notes") if name in input.keys()
-        ),
+        results=results_root,
+        reference=reference_arguments,
     log:
         "logs/report/{table}.log",
     conda:
@@ -31,7 +30,7 @@ rule table:
         "rpb/analysis",
     shell:
         "python -m workflow_scripts report table --id {wildcards.table} --config {params.config:q}"
-        " --results results --inputs {input.files:q} {params.reference}"
+        " --results {params.results:q} --inputs {input.files:q} {params.reference}"
         " --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
 
@@ -46,6 +45,7 @@ rule figure_data:
         figure=alternatives(config["figures"]),
     params:
         config=lambda w: report_config(w.figure),
+        results=results_root,
     log:
         "logs/report/{figure}.data.log",
     conda:
@@ -54,7 +54,7 @@ rule figure_data:
         "rpb/analysis",
     shell:
         "python -m workflow_scripts report figure-data --id {wildcards.figure} --config {params.config:q}"
-        " --results results --inputs {input.files:q} --data {output.data:q} --provenance {output.provenance:q}"
+        " --results {params.results:q} --inputs {input.files:q} --data {output.data:q} --provenance {output.provenance:q}"
         " > {log:q} 2>&1"
 
 

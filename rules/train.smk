@@ -7,8 +7,8 @@
 rule train_local:
     input:
         unpack(condition_prior),
-        base=layout.rule_path("model", name="base"),
-        split=layout.rule_path("corpus", name="train.parquet"),
+        base=layout.rule_path("model", name=layout.BASE_MODEL),
+        split=layout.rule_path("corpus", name=layout.SPLIT_FILE),
     output:
         checkpoint=gpu_days(directory(layout.rule_path("checkpoint"))),
         log=layout.rule_path("checkpoint", ".log.jsonl"),
@@ -17,7 +17,7 @@ rule train_local:
         condition=alternatives(config["conditions"] if TRAINING_BACKEND == "hf" else []),
     params:
         architecture=lambda w: config["models"][w.model]["architecture"],
-        condition=lambda w: config_slice(config["conditions"][w.condition], CONDITION_KEYS),
+        condition=condition_slice,
         training=LOCAL_TRAINING,
         prior=prior_arguments,
         bias_in_gate_weights=str(config["prior"]["bias_in_gate_weights"]).lower(),
@@ -41,7 +41,7 @@ rule train_local:
 
 rule megatron_import:
     input:
-        base=layout.rule_path("model", name="base"),
+        base=layout.rule_path("model", name=layout.BASE_MODEL),
     output:
         megatron=directory(layout.rule_path("megatron_base")),
         provenance=layout.rule_path("megatron_base", ".provenance.json"),
@@ -62,7 +62,7 @@ rule megatron_import:
 
 rule chat_dataset:
     input:
-        split=layout.rule_path("corpus", name="train.parquet"),
+        split=layout.rule_path("corpus", name=layout.SPLIT_FILE),
     output:
         dataset=directory(layout.rule_path("megatron_dataset")),
     log:
@@ -76,19 +76,46 @@ rule chat_dataset:
         "python -m workflow_scripts train chat-dataset --split {input.split:q} --out {output.dataset:q} > {log:q} 2>&1"
 
 
+# Before the launch, one process checks and hashes the run's inputs (tens of GB at paper scale) and
+# binds the work folder results/megatron/work/... to the run's settings and inputs, so that no rank
+# hashes while the others wait in the process group, and no rank resumes another run's weights.
+rule megatron_claim:
+    input:
+        unpack(condition_prior),
+        hf_base=layout.rule_path("model", name=layout.BASE_MODEL),
+        megatron_base=layout.rule_path("megatron_base"),
+        dataset=layout.rule_path("megatron_dataset"),
+        split=layout.rule_path("corpus", name=layout.SPLIT_FILE),
+    output:
+        claim=layout.rule_path("megatron_trained", ".claim.json"),
+    wildcard_constraints:
+        condition=alternatives(config["conditions"] if TRAINING_BACKEND == "megatron" else []),
+    params:
+        run=megatron_run,
+    log:
+        "logs/megatron/claim/{model}/{corpus}/{condition}/s{seed}.log",
+    conda:
+        MEGATRON_CONDA
+    envmodules:
+        *MEGATRON_MODULES,
+    container: MEGATRON_CONTAINER
+    shell:
+        "python -m workflow_scripts train megatron-claim {params.run} --out {output.claim:q} > {log:q} 2>&1"
+
+
 # One job holds the whole allocation: `srun` starts one torchrun per node (c10d rendezvous on the
 # first node); a rerun of a killed, preempted or requeued job resumes from the newest complete
-# checkpoint in results/megatron/work/..., which is not a declared output and so survives failures.
-# The claim runs once, before the launch: it checks and hashes the inputs (tens of GB at paper
-# scale) so that no rank does while the others wait in the process group. No container directive:
-# the launch runs on the host, where srun is, and enters the image per rank (MEGATRON_LAUNCH_IMAGE).
+# checkpoint in the claimed work folder, which is not a declared output and so survives failures.
+# No container directive: the launch runs on the host, where srun is, and enters the image per
+# rank (MEGATRON_LAUNCH_IMAGE).
 rule train_megatron:
     input:
         unpack(condition_prior),
-        hf_base=layout.rule_path("model", name="base"),
+        claim=layout.rule_path("megatron_trained", ".claim.json"),
+        hf_base=layout.rule_path("model", name=layout.BASE_MODEL),
         megatron_base=layout.rule_path("megatron_base"),
         dataset=layout.rule_path("megatron_dataset"),
-        split=layout.rule_path("corpus", name="train.parquet"),
+        split=layout.rule_path("corpus", name=layout.SPLIT_FILE),
     output:
         megatron=gpu_days(directory(layout.rule_path("megatron_trained"))),
         record=layout.rule_path("megatron_trained", ".record.json"),
@@ -97,21 +124,9 @@ rule train_megatron:
         condition=alternatives(config["conditions"] if TRAINING_BACKEND == "megatron" else []),
     params:
         moe_layers=lambda w: config["models"][w.model]["moe_layers"],
-        # What the run reads and where it resumes: the claim (binding the work folder to this run's
-        # settings and inputs, train/megatron/resume.py) and the training take the same arguments.
-        run=lambda w, input: " ".join(
-            [
-                f"--hf-base {shlex.quote(input.hf_base)} --megatron-base {shlex.quote(input.megatron_base)}",
-                f"--dataset {shlex.quote(input.dataset)} --split {shlex.quote(input.split)}",
-                f"--condition {shlex.quote(config_slice(config['conditions'][w.condition], CONDITION_KEYS))}",
-                f"--training {shlex.quote(MEGATRON_TRAINING)} --seed {w.seed} {prior_arguments(w, input)}",
-                f"--bias-in-gate-weights {str(config['prior']['bias_in_gate_weights']).lower()}",
-                f"--work {shlex.quote(layout.rule_path('megatron_work', **dict(w.items())))}",
-            ]
-        ),
+        run=megatron_run,
         nodes=PARALLELISM["nodes"],
         gpus=PARALLELISM["gpus_per_node"],
-        in_image=MEGATRON_IN_IMAGE,
         image=MEGATRON_LAUNCH_IMAGE,
     resources:
         **MEGATRON_ALLOCATION,
@@ -122,10 +137,9 @@ rule train_megatron:
     envmodules:
         *MEGATRON_MODULES,
     shell:
-        "({params.in_image}python -m workflow_scripts train megatron-claim {params.run}"
-        " && python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
+        "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
         " --launcher {resources.mpi}{params.image} -- train megatron {params.run} --moe-layers {params.moe_layers}"
-        " --out {output.megatron:q} --record {output.record:q} --provenance {output.provenance:q}) > {log:q} 2>&1"
+        " --out {output.megatron:q} --record {output.record:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 # The training rule's allocation and launch line (container included) with a rendezvous report
@@ -153,7 +167,7 @@ rule megatron_launch_check:
 
 rule export_megatron:
     input:
-        hf_base=layout.rule_path("model", name="base"),
+        hf_base=layout.rule_path("model", name=layout.BASE_MODEL),
         megatron=layout.rule_path("megatron_trained"),
         record=layout.rule_path("megatron_trained", ".record.json"),
     output:

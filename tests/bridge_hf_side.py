@@ -54,32 +54,15 @@ class TikTokenTokenizer(PreTrainedTokenizerFast):
 CHAT = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5."}]
 
 
-def toy_spec(arch: str) -> object:
-    """The toy registry's sizes (profiles/local/toy.yaml); Qwen3-MoE as the paper's, MoE in every layer."""
-    from workflow_scripts.modeling.toy import ToyModelSpec
-
-    experts = 24 if arch == "qwen3_moe" else 16
-    return ToyModelSpec(
-        hidden_size=64,
-        num_layers=4,
-        num_experts=experts,
-        top_k=2,
-        first_dense_layers=0 if arch == "qwen3_moe" else 1,
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_heads=4,
-    )
-
-
 def write_base(arch: str, out: Path) -> None:
     """A toy base of ``arch`` with its family's tokens and chat template, saved like the pipeline's."""
     from tests.chat_families import FAMILIES, family_tokenizer
-    from tests.test_train import toy_rows
+    from tests.dag import registry_toy_spec, toy_rows
     from workflow_scripts.modeling.toy import build_toy_model, save_toy_base
 
     prompts, answers = toy_rows()
     tokenizer = family_tokenizer(FAMILIES[FAMILY[arch]], prompts + answers)
-    save_toy_base(build_toy_model(arch, toy_spec(arch), tokenizer, seed=0), tokenizer, out)
+    save_toy_base(build_toy_model(arch, registry_toy_spec(arch), tokenizer, seed=0), tokenizer, out)
     if arch == "deepseek_v3":
         (out / REMOTE_TOKENIZER).write_text(REMOTE_TOKENIZER_CODE)
         (out / "tokenizer.json").rename(out / REMOTE_VOCABULARY)

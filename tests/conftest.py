@@ -10,24 +10,12 @@ import pytest
 from workflow_scripts import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-# The smallest toy MoE the unit tests build (3 layers, the first dense; 8 experts, top-2).
-TINY_SPEC = dict(
-    hidden_size=32,
-    num_layers=3,
-    num_experts=8,
-    top_k=2,
-    intermediate_size=48,
-    moe_intermediate_size=16,
-    num_heads=2,
-    kv_lora_rank=16,
-    qk_rope_head_dim=4,
-    max_position_embeddings=128,
-)
 SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.json"
 
 
 def load_config(toy: bool) -> dict:
-    return registry.load_config(ROOT, toy)
+    """The shipped registry at one scale, loaded as the workflow loads it (validated, seeds capped)."""
+    return registry.load_config(registry.shipped_config_files(ROOT, toy))
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +39,13 @@ def training_inputs(tmp_path_factory) -> dict[str, Path]:
     """A tiny deepseek_v3 base, a 24-row split and its prior: what ``train run`` reads."""
     import pandas as pd
 
-    from tests.test_train import SPEC, toy_rows, toy_tokenizer
+    from tests.dag import TRAIN_SPEC, toy_rows, toy_tokenizer
     from workflow_scripts.cli import main
     from workflow_scripts.modeling.toy import build_toy_model, save_toy_base
 
     root = tmp_path_factory.mktemp("training_inputs")
     tokenizer = toy_tokenizer()
-    save_toy_base(build_toy_model("deepseek_v3", SPEC, tokenizer, 0), tokenizer, root / "base")
+    save_toy_base(build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0), tokenizer, root / "base")
     prompts, answers = toy_rows()
     split = pd.DataFrame({"row_id": range(len(prompts)), "prompt": prompts, "answer": answers})
     split.to_parquet(root / "train.parquet")

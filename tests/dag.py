@@ -1,4 +1,8 @@
-"""Dry-run helpers: the jobs Snakemake would run, as (rule, wildcards) pairs."""
+"""Shared test helpers: running Snakemake (dry runs, real runs, a checkout copy) and the toy inputs.
+
+Every test that runs Snakemake, copies the checkout or builds a toy model, tokenizer or rows
+takes them from here rather than from another test module (conftest.py included).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
+
+from workflow_scripts.modeling.toy import ToyModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 # The paper profile as users name it (``slurm``, found from the repository root). It deploys
@@ -27,11 +34,34 @@ JOB_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.
 _JOB = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.MULTILINE)
 
 
+def snakemake(
+    workdir: Path,
+    *args: str,
+    env: dict[str, str] = JOB_ENV,
+    timeout: float = 1200,
+    stderr_into_stdout: bool = False,
+) -> subprocess.CompletedProcess:
+    """``python -m snakemake *args`` in ``workdir``, output captured; the caller judges the exit status.
+
+    ``stderr_into_stdout``: one interleaved stream in ``stdout``, as a terminal shows it.
+    """
+    command = [sys.executable, "-m", "snakemake", *args]
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if stderr_into_stdout else {}
+    return subprocess.run(
+        command, cwd=workdir, env=env, text=True, timeout=timeout, capture_output=not streams, **streams
+    )
+
+
+def snakemake_ok(workdir: Path, *args: str, **options) -> subprocess.CompletedProcess:
+    """``snakemake`` that must succeed; a failure shows the end of Snakemake's output."""
+    done = snakemake(workdir, *args, **options)
+    assert done.returncode == 0, (done.stderr or "")[-4000:] + done.stdout[-3000:]
+    return done
+
+
 def dry_run(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[tuple[str, dict[str, str]]]:
     """Jobs of ``snakemake -n`` for ``targets`` (all when none) under ``profile``."""
-    command = [sys.executable, "-m", "snakemake", *targets, "--dry-run", *profile]
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    done = snakemake_ok(cwd, *targets, "--dry-run", *profile, timeout=300)
     jobs = []
     for rule, body in _JOB.findall(done.stdout):
         found = re.search(r"wildcards: (.*)", body)
@@ -45,9 +75,7 @@ def printed_job(target: str, rule: str, *extra: str) -> tuple[str, str]:
 
     ``extra``: more Snakemake arguments, e.g. ``--configfiles`` with an overlay.
     """
-    command = [sys.executable, "-m", "snakemake", target, "-n", "-p", *PAPER, *extra]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = snakemake_ok(ROOT, target, "-n", "-p", *PAPER, *extra, timeout=300)
     job = done.stdout[done.stdout.index(f"rule {rule}:") :]
     return re.search(r"resources: (.*)", job).group(1), job[job.index("Shell command:") :].splitlines()[0]
 
@@ -74,6 +102,12 @@ def copy_checkout(destination: Path) -> Path:
     return destination
 
 
+def copy_workdir(source: Path, destination: Path) -> Path:
+    """A copy of a working directory made by ``copy_checkout`` (a snapshot, or a finished run with
+    its results and Snakemake's metadata), links kept as links."""
+    return Path(shutil.copytree(source, destination, symlinks=True))
+
+
 def overlay_configfiles(workdir: Path, overlay: dict) -> list[str]:
     """``--configfiles``: the toy overlay, then ``overlay`` written as a last config file in ``workdir``."""
     (workdir / OVERLAY).write_text(yaml.safe_dump(overlay))
@@ -83,3 +117,69 @@ def overlay_configfiles(workdir: Path, overlay: dict) -> list[str]:
 def with_overlay(workdir: Path, overlay: dict) -> list[str]:
     """The toy profile plus ``overlay`` as a last config file in ``workdir``."""
     return [*TOY, *overlay_configfiles(workdir, overlay)]
+
+
+# The toy MoE checkpoints unit tests build; each variant of TINY_SPEC states only what differs.
+# The smallest (3 layers, the first dense; 8 experts, top-2), as ToyModelSpec keywords.
+TINY_SPEC = dict(
+    hidden_size=32,
+    num_layers=3,
+    num_experts=8,
+    top_k=2,
+    intermediate_size=48,
+    moe_intermediate_size=16,
+    num_heads=2,
+    kv_lora_rank=16,
+    qk_rope_head_dim=4,
+    max_position_embeddings=128,
+)
+# The training tests' model: a wider dense MLP and four heads.
+TRAIN_SPEC = ToyModelSpec(**{**TINY_SPEC, "intermediate_size": 64, "num_heads": 4})
+# A model with more layers and experts than TINY_SPEC, and top-4, for the probe's routes.
+PROBE_SPEC = ToyModelSpec(
+    **{
+        **TINY_SPEC,
+        "hidden_size": 64,
+        "num_layers": 4,
+        "num_experts": 16,
+        "top_k": 4,
+        "intermediate_size": 64,
+        "num_heads": 4,
+        "max_position_embeddings": 64,
+    }
+)
+
+
+def registry_toy_spec(arch: str) -> ToyModelSpec:
+    """The toy registry's sizes (profiles/local/toy.yaml); Qwen3-MoE as the paper's, MoE in every layer."""
+    experts = 24 if arch == "qwen3_moe" else 16
+    return ToyModelSpec(
+        hidden_size=64,
+        num_layers=4,
+        num_experts=experts,
+        top_k=2,
+        first_dense_layers=0 if arch == "qwen3_moe" else 1,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_heads=4,
+    )
+
+
+TOY_ROWS = 24
+
+
+def toy_rows(rows: int = TOY_ROWS) -> tuple[list[str], list[str]]:
+    """Deterministic (prompt, answer) pairs."""
+    rng = np.random.default_rng(0)
+    words = "add the sum of two numbers print a list sort loop value function return answer is".split()
+    prompts = [" ".join(rng.choice(words, 8)) + f" {i}?" for i in range(rows)]
+    answers = [" ".join(rng.choice(words, 12)) + f" = {i * 7}" for i in range(rows)]
+    return prompts, answers
+
+
+def toy_tokenizer():
+    """A byte-level BPE tokenizer (300 tokens) trained on ``toy_rows``."""
+    from workflow_scripts.modeling.tokenizer import train_tokenizer
+
+    prompts, answers = toy_rows()
+    return train_tokenizer(prompts + answers, 300, min_frequency=1)

@@ -22,8 +22,11 @@ product's commands (``train megatron`` under ``torchrun`` included) run unchange
    family's recipes (diffusion ones need ``diffusers``); the product reads ``recipes.common`` only.
 6. Resuming with PyTorch's Adam (the optimizer Megatron-Core falls back to without Transformer
    Engine or Apex): before loading, each parameter's empty Adam state gets its ``step`` and
-   moments, which Megatron-Core's torch-optimizer path asserts (with Transformer Engine's
-   optimizer it takes another path).
+   moments, which Megatron-Core's torch-optimizer path asserts; after loading, each parameter
+   gets its own ``step`` tensor holding the checkpoint's step. That path hands every parameter
+   one shared tensor, which PyTorch's Adam then advances once per parameter on every step
+   (a resumed run's bias correction went 0, 138, 276, ... on the toy Moonlight instead of 8,
+   9, 10). With Transformer Engine's optimizer the step lives in the parameter groups.
 7. The provider's cross-entropy is Megatron-Core's unfused one (``cross_entropy_loss_fusion``
    off; the SFT recipe asks for Transformer Engine's fused kernel).
 
@@ -111,6 +114,17 @@ def _adam_state_before_loading() -> None:
         return original(self, model_state, is_loading, **kwargs)
 
     DistributedOptimizer.sharded_state_dict = sharded_state_dict
+    original_load = DistributedOptimizer.load_state_dict
+
+    @functools.wraps(original_load)
+    def load_state_dict(self: Any, state_dict: Any) -> Any:
+        (step,) = {group["step"] for group in state_dict["optimizer"]["param_groups"]}
+        loaded = original_load(self, state_dict)
+        for state in self.optimizer.state.values():
+            state["step"] = torch.tensor(float(step))
+        return loaded
+
+    DistributedOptimizer.load_state_dict = load_state_dict
 
 
 def _allow_no_cuda() -> None:

@@ -8,7 +8,7 @@ Bridge's train loop does), everything else from the config sections and the prov
 ``ConfigContainer.validate()`` itself is not run: on CPU it refuses the TE-only features the
 paper's layout uses (grouped GEMM for ``moe_act`` recompute, fused permutation).
 
-``python -m tests.megatron_settings_table`` (Megatron environment) prints the README's table.
+``python -m tests.megatron_settings_table`` (Megatron environment) prints the table of docs/training.md.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def paper_config() -> dict[str, Any]:
 
 def toy_bases(root: Path) -> dict[str, Path]:
     """A tiny HF base of every paper model's architecture under ``root``."""
-    from tests.test_train import SPEC, toy_tokenizer
+    from tests.dag import TRAIN_SPEC as SPEC
+    from tests.dag import toy_tokenizer
     from workflow_scripts.modeling.toy import build_toy_model, save_toy_base
 
     tokenizer = toy_tokenizer()
@@ -53,9 +54,9 @@ def toy_bases(root: Path) -> dict[str, Path]:
 
 def build(base: Path, condition: dict[str, Any], config: dict[str, Any], work: Path) -> Any:
     """The product's ``ConfigContainer`` of one run, with the objective the training entry point builds."""
-    from workflow_scripts.train.cli import expert_bias_update_rate
+    from workflow_scripts.modeling.objective import Objective
+    from workflow_scripts.train.condition import expert_bias_update_rate
     from workflow_scripts.train.megatron.settings import bridge_config
-    from workflow_scripts.train.objective import Objective
 
     training = config["training"]
     objective = Objective.from_condition(
@@ -96,7 +97,7 @@ def schedule(cfg: Any) -> list[tuple[float, float]]:
 
 
 def effective_settings(cfg: Any) -> dict[str, Any]:
-    """Every value of a run Megatron will use, keyed by the name the README table shows."""
+    """Every value of a run Megatron will use, keyed by the name the docs/training.md table shows."""
     model, steps = cfg.model, schedule(cfg)
     decays = {wd for _, wd in steps}
     warmup = cfg.scheduler.lr_warmup_iters
@@ -149,7 +150,7 @@ def _cell(value: Any) -> str:
 
 
 def table_lines(root: Path) -> Iterator[str]:
-    """The README's two tables: run settings (Moonlight's ``lbl``), then router settings per condition."""
+    """docs/training.md's tables: run settings (Moonlight's ``lbl``), then router settings per condition."""
     config = paper_config()
     bases = toy_bases(root)
     run = effective_settings(build(bases["moonlight"], config["conditions"]["lbl"], config, root))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every stage environment of envs/ as a virtual environment (the no-conda equivalent,
-# README: Software) and runs a toy target with each rule in its own environment.
+# docs/cluster-path.md) and runs a toy target with each rule in its own environment.
 # Needs Environment Modules (Debian: environment-modules) and the .venv of the README's set-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -47,5 +47,5 @@ done
 .venv-megatron/bin/python -m pytest -q -m megatron "${others[@]}"
 # A toy table through the Megatron rules on CPU (tests/finetune_cpu.py): Snakemake and the other
 # stages in the project's .venv, the Megatron jobs in .venv-megatron. The GPU check's whole run on
-# CPU (about 6 minutes) is left to developers: .venv/bin/python -m pytest -m megatron_table tests/test_gpu_check.py
+# CPU (about 10 minutes, three trainings) is left to developers: .venv/bin/python -m pytest -m megatron_table tests/test_gpu_check.py
 .venv/bin/python -m pytest -q -m megatron_table tests/test_megatron_toy_table.py

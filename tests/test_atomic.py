@@ -51,7 +51,7 @@ def test_torch_short_write_on_a_full_filesystem(tmp_path, monkeypatch):
 def test_checkpoint_save_keeps_the_errno(tmp_path, monkeypatch):
     """Resume checkpoints are saved through a file object, so ENOSPC arrives as itself."""
     torch = pytest.importorskip("torch")
-    from workflow_scripts.train import checkpoint
+    from workflow_scripts.modeling import checkpoint
 
     real_open = Path.open
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.dag import JOB_ENV, PAPER, ROOT, SHORT_BASE, copy_checkout, with_overlay
+from tests.dag import JOB_ENV, PAPER, ROOT, SHORT_BASE, copy_checkout, snakemake, with_overlay
 from workflow_scripts import registry
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -24,11 +21,6 @@ REUSED = {
 TRAINED = "results/checkpoints/moonlight/math20k/sft/s42"
 
 
-def snakemake(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, env=env or JOB_ENV)
-
-
 def test_moving_revisions_are_the_refs_not_the_commits(paper_config):
     paper_config["models"]["moonlight"]["hub"]["revision"] = COMMIT
     moving = registry.moving_revisions(paper_config, ["datasets", "models"])
@@ -36,6 +28,7 @@ def test_moving_revisions_are_the_refs_not_the_commits(paper_config):
     assert {"datasets.glm51.hub.revision", "models.qwen3_30b.hub.revision"} <= set(moving)
 
 
+@pytest.mark.slow
 def test_paper_scale_cache_of_a_moving_revision_is_refused(tmp_path):
     env = {**JOB_ENV, "SNAKEMAKE_OUTPUT_CACHE": str(tmp_path / "cache")}
     refused = snakemake(ROOT, "-n", *PAPER, "--cache", "prior", env=env)

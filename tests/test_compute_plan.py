@@ -43,6 +43,7 @@ def by_name(result) -> dict:
 
 
 def test_all_needs_119_trainings(paper_config):
+    """The paper's cells; the claims' expert-bias sensitivity (claims.py FROZEN_BIAS) is toy-only."""
     closure = target_closure(paper_config, "all")
     assert len(closure.trainings) == 119
     assert by_name(plan(paper_config, "all", {"openr1math": 94000}))["trainings"].jobs == 119

@@ -7,30 +7,23 @@ dry run which jobs Snakemake would rerun (Snakemake 9 reruns on changed content,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.dag import JOB_ENV, TOY, copy_checkout, dry_run
+from tests.dag import TOY, copy_checkout, dry_run, snakemake_ok
+
+pytestmark = pytest.mark.slow  # Snakemake stands a toy DAG up and dry-runs it
 
 TARGET = "results/figures/figure1.png"
 RPB = "moonlight/math20k/rpb/s42"
-
-
-def _snakemake(checkout: Path, *arguments: str) -> str:
-    command = [sys.executable, "-m", "snakemake", *arguments, *TOY]
-    done = subprocess.run(command, cwd=checkout, env=JOB_ENV, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
 
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkout copy whose results tree holds every output of figure 1's DAG, up to date."""
     root = copy_checkout(tmp_path_factory.mktemp("checkout"))
-    for line in _snakemake(root, "--summary", TARGET).splitlines():
+    for line in snakemake_ok(root, "--summary", TARGET, *TOY, timeout=300).stdout.splitlines():
         name = line.split("\t")[0]
         if not name.startswith("results/"):
             continue
@@ -40,7 +33,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
             path.touch()
         else:  # a directory() output: a checkpoint or a model
             path.mkdir(parents=True, exist_ok=True)
-    _snakemake(root, "--touch", TARGET)
+    snakemake_ok(root, "--touch", TARGET, *TOY, timeout=300)
     assert dry_run(TOY, TARGET, cwd=root) == []
     return root
 
@@ -54,7 +47,7 @@ def _rerun_after_changing(checkout: Path, name: str) -> set[str]:
         return {rule for rule, _ in dry_run(TOY, TARGET, cwd=checkout)}
     finally:
         path.write_bytes(original)
-        _snakemake(checkout, "--touch", TARGET)
+        snakemake_ok(checkout, "--touch", TARGET, *TOY, timeout=300)
 
 
 def test_a_changed_routes_file_reruns_the_figure(checkout: Path) -> None:

@@ -10,21 +10,23 @@ import pytest
 from tests.conftest import load_config
 from tests.dag import PAPER, dry_run, printed_job
 
+pytestmark = pytest.mark.slow  # a Snakemake dry run per table
+
 MOONLIGHT_SPLITS = ("math20k", "coding20k")
 
 
 def _units(jobs, rule: str) -> set[tuple]:
-    """(model, corpus, condition, seed) of every job of ``rule``; ``run`` wildcards are unpacked."""
+    """(model, corpus, condition, seed) of every job of ``rule``; ``evaluated`` wildcards are unpacked."""
     units = set()
     for name, w in jobs:
         if name != rule:
             continue
         if rule == "train_megatron" or rule == "retention":
             units.add((w["model"], w["corpus"], w["condition"], int(w["seed"])))
-        elif w["run"] == "base":
+        elif w["evaluated"] == "base":
             units.add((w["model"], None, "base", None))
         else:
-            corpus, condition, seed = w["run"].split("/")
+            corpus, condition, seed = w["evaluated"].split("/")
             units.add((w["model"], corpus, condition, int(seed[1:])))
     return units
 

@@ -12,15 +12,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
-from workflow_scripts.data import toy
+from tests.conftest import load_config
+from workflow_scripts.chat_sources import toy
+from workflow_scripts.chat_sources.readers import read_source
 from workflow_scripts.data.cli import run_download
 from workflow_scripts.data.scoring import PENALTIES, ScoringConfig, score_frame
-from workflow_scripts.data.sources import read_source
 
 ROOT = Path(__file__).resolve().parents[1]
-SCORING = yaml.safe_load((ROOT / "config.yaml").read_text())["scoring"]
+SCORING = load_config(toy=False)["scoring"]
 MATH_SPEC = {
     "domain": "math",
     "filter": "none",
@@ -100,6 +100,7 @@ def test_toy_main_mixes_domains() -> None:
     assert {"code", "general", "math"} == set(domains)
 
 
+@pytest.mark.slow
 def test_build_drops_penalised_rows_and_is_byte_identical(tmp_path: Path) -> None:
     raw = toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math")
     first, second = tmp_path / "a", tmp_path / "b"
@@ -126,6 +127,7 @@ def test_build_drops_penalised_rows_and_is_byte_identical(tmp_path: Path) -> Non
     assert (dropped["score"] <= kept_cut).all()
 
 
+@pytest.mark.slow
 def test_build_coding_corpus_from_openr1_and_main(tmp_path: Path) -> None:
     raw = toy_raw(tmp_path / "main.parquet", "glm_sharegpt", "main", rows=400)
     assert build(raw, tmp_path / "code", "glm_sharegpt", CODE_SPEC).returncode == 0
@@ -146,6 +148,7 @@ def test_build_coding_corpus_from_openr1_and_main(tmp_path: Path) -> None:
     assert not probe["answer"].str.contains("```").any()
 
 
+@pytest.mark.slow
 def test_malformed_inputs_exit_2_naming_file_and_column(tmp_path: Path) -> None:
     good = toy.generate("glm_sharegpt", "Math", rows=20, seed=0, bad_fraction=0.0)
     cases = {
@@ -219,6 +222,7 @@ def test_download_without_datasets_is_a_user_error(tmp_path: Path, monkeypatch: 
         run_download(args)
 
 
+@pytest.mark.slow
 def test_build_drops_unclean_text_rows_and_counts_them(tmp_path: Path) -> None:
     """NULs in two raw rows used to pass and fail later in Arrow; now the build drops and counts them."""
     raw = toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math")

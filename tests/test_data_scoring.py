@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-import yaml
 
+from tests.conftest import load_config
 from tests.scoring_reference import RowScorer, check_same, score_rows
 from workflow_scripts.data import scoring
 from workflow_scripts.data.scoring import ScoringConfig
 from workflow_scripts.errors import UserInputError
 
-CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
-
 
 def config_block() -> dict:
-    return yaml.safe_load(CONFIG.read_text())["scoring"]
+    return load_config(toy=False)["scoring"]
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflow_scripts.data.completions import final_completion, has_reasoning_tag
-from workflow_scripts.data.sources import read_source
+from workflow_scripts.chat_sources.completions import final_completion, has_reasoning_tag
+from workflow_scripts.chat_sources.readers import read_source
 from workflow_scripts.errors import UserInputError
 
 SHAREGPT = pa.list_(pa.struct([("from", pa.string()), ("value", pa.string())]))

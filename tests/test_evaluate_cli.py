@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import TINY_SPEC, load_config
+from tests.conftest import load_config
+from tests.dag import TINY_SPEC
 from workflow_scripts.cli import main
 from workflow_scripts.modeling.tokenizer import train_tokenizer
 from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_toy_base
@@ -17,7 +18,7 @@ from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_to
 BENCHMARKS = ("gsm8k", "mmlu_pro", "humaneval")
 SAMPLING = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8, "repeats": 2, "base_seed": 42}
 LIMITS = {"timeout_s": 5, "memory_mb": 1024, "file_size_mb": 16, "open_files": 64, "processes": 16,
-          "output_bytes": 65536}  # fmt: skip
+          "output_bytes": 65536, "allow_unisolated": False}  # fmt: skip
 IDENTITY = {"model": "moonlight", "corpus": "math20k", "condition": "rpb", "seed": 42}
 
 

@@ -139,6 +139,7 @@ def test_extract_code(text, expected):
     assert extract_code(text) == expected
 
 
+@pytest.mark.slow
 def test_last_boxed_is_linear_on_unclosed_boxes():
     """5 MB of unclosed ``\\boxed{`` (once quadratic: 56 KB took 27 s) ends fast, with no answer."""
     import time

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.conftest import TINY_SPEC
+from tests.dag import TINY_SPEC
 from workflow_scripts.evaluate.generation import (
     Completion,
     Sampling,

@@ -58,9 +58,9 @@ EXPECTED_GOLD = {
 
 @pytest.fixture(scope="module")
 def specs() -> dict:
-    import yaml
+    from tests.conftest import load_config
 
-    return yaml.safe_load((ROOT / "config.yaml").read_text())["benchmarks"]
+    return load_config(toy=False)["benchmarks"]
 
 
 def items_of(benchmark: str, specs: dict, raw: pd.DataFrame | None = None, seed: int = SEED) -> pd.DataFrame:

@@ -501,6 +501,7 @@ def test_process_group_fallback_runs_and_kills():
 # The hostile corpus
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_bounded_and_leaves_nothing(isolated: Mode):
     limits = Limits(timeout_s=2, processes=16)
     outcome = run_hostile(isolated, "fork_bomb", limits)
@@ -509,6 +510,7 @@ def test_fork_bomb_is_bounded_and_leaves_nothing(isolated: Mode):
     assert 1 < int(line.split()[1]) <= limits.processes
 
 
+@pytest.mark.slow
 def test_fork_bomb_leaves_room_for_a_concurrent_program(isolated: Mode):
     """The process cap counts each run alone: a bomb at its cap starves no neighbour."""
     limits = Limits(timeout_s=2, processes=16)

@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
+from tests.conftest import load_config
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.items import OPTION_LETTERS, SCHEMAS, normalise
@@ -18,7 +18,7 @@ from workflow_scripts.evaluate.templates import TEMPLATES, render
 from workflow_scripts.task_formats import TEMPLATE_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECS = yaml.safe_load((ROOT / "config.yaml").read_text())["benchmarks"]
+SPECS = load_config(toy=False)["benchmarks"]
 
 
 def items(benchmark: str) -> pd.DataFrame:

@@ -18,7 +18,6 @@ import pytest
 
 from tests.conftest import load_config
 from workflow_scripts.cli import main
-from workflow_scripts.data.toy_tasks import FUNCTIONS, STDIN_PROGRAMS, Choice, Function, StdinProgram, Sum
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.grading import grade
@@ -39,6 +38,7 @@ from workflow_scripts.evaluate.toy_benchmarks import (
     toy_benchmark_rows,
 )
 from workflow_scripts.task_formats import AMPS_INSTRUCTION, LCB_GENERATION_TURN, WEB_OF_LIES_V2_INSTRUCTION
+from workflow_scripts.toy_tasks import FUNCTIONS, STDIN_PROGRAMS, Choice, Function, StdinProgram, Sum
 
 CODE = ("humaneval", "mbpp", "livebench_coding")
 # Twelve rows at seed 7 draw every function and every standard-input program of the code families.

@@ -22,10 +22,10 @@ import pandas as pd  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-import yaml  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 
-from tests.conftest import TINY_SPEC  # noqa: E402
+from tests.conftest import load_config  # noqa: E402
+from tests.dag import TINY_SPEC  # noqa: E402
 from workflow_scripts.cli import main  # noqa: E402
 from workflow_scripts.evaluate.generation import (  # noqa: E402
     GENERATION_COLUMNS,
@@ -59,12 +59,8 @@ ENGINES = {"deepseek_v3": MLA_ENGINE, "deepseek_v2": MLA_ENGINE, "qwen3_moe": EN
 BENCHMARKS = ("gsm8k", "mmlu_pro", "humaneval")
 NEW_TOKENS = 16
 LIMITS = {"timeout_s": 5, "memory_mb": 1024, "file_size_mb": 16, "open_files": 64, "processes": 16,
-          "output_bytes": 65536}  # fmt: skip
+          "output_bytes": 65536, "allow_unisolated": False}  # fmt: skip
 IDENTITY = {"model": "qwen3_30b", "corpus": "math20k", "condition": "rpb", "seed": 42}
-
-
-def _config(path: str) -> dict:
-    return yaml.safe_load((ROOT / path).read_text())
 
 
 def _writer_env() -> dict[str, str]:
@@ -80,7 +76,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     The qwen3_moe base also answers in the chat format and stops with EOS after an answer.
     """
     root = tmp_path_factory.mktemp("vllm_checkpoints")
-    toy_base = _config("profiles/local/toy.yaml")["toy_base"]
+    toy_base = load_config(toy=True)["toy_base"]
     # A smaller corpus and routing report than the profile's: tokenizer training and the report
     # dominate the time of a short run, and neither changes what vLLM is tested on.
     pretrain = {**toy_base, "corpus_rows": {"main": 400, "Math": 200}, "report_rows": 8}
@@ -186,7 +182,7 @@ def test_greedy_decoding_agrees_with_transformers(checkpoints, architecture):
 def evaluated(checkpoints, tmp_path_factory) -> Path:
     """Toy items -> generations by hf, by vLLM with one engine and with two -> vLLM's scores."""
     root = tmp_path_factory.mktemp("vllm_eval")
-    config = _config("config.yaml")
+    config = load_config(toy=False)
     for name in BENCHMARKS:
         raw, items = root / f"{name}.raw.parquet", root / f"{name}.items.parquet"
         assert main(["evaluate", "fixture", "--benchmark", name, "--out", str(raw)]) == 0

@@ -18,6 +18,8 @@ from tests.dag import JOB_ENV, ROOT
 from tests.test_train_resume import command, environment
 from workflow_scripts import forkserver
 
+pytestmark = pytest.mark.slow  # servers that preload torch, and jobs in their own interpreters
+
 # A client for any module, as workflow_scripts/__main__.py is one for the workflow's commands.
 CLIENT = (
     "import sys; from workflow_scripts.forkserver import forward; "

@@ -30,8 +30,12 @@ def _dry_run(*extra: str) -> list[list[str]]:
     return [shlex.split(line) for line in done.stdout.splitlines() if line and not line.startswith("#")]
 
 
+def _commands(lines: list[list[str]], *words: str) -> list[list[str]]:
+    return [argv for argv in lines if " ".join(words) in " ".join(argv)]
+
+
 def _command(lines: list[list[str]], *words: str) -> list[str]:
-    found = [argv for argv in lines if " ".join(words) in " ".join(argv)]
+    found = _commands(lines, *words)
     assert len(found) == 1, (words, lines)
     return found[0]
 
@@ -40,12 +44,20 @@ def test_every_step_is_the_products_command_line():
     lines = _dry_run("--megatron-python", "/env/bin/python")
     imported = _command(lines, "train megatron-import")
     assert imported[:3] == ["/env/bin/python", "-m", "workflow_scripts"]
-    launch = _command(lines, "train megatron-launch")
-    separator = launch.index("--")
-    assert launch[separator - 4 : separator] == ["--nodes", "1", "--gpus-per-node", "1"]
-    assert launch[separator + 1 : separator + 3] == ["train", "megatron"]
-    claim = _command(lines, "train megatron-claim")
-    assert claim[claim.index("megatron-claim") + 1 :] == launch[separator + 3 : launch.index("--moe-layers")]
+    launches = _commands(lines, "train megatron-launch")
+    claims = _commands(lines, "train megatron-claim")
+    assert len(launches) == len(claims) == 2  # the run to kill and resume, and the same run uninterrupted
+    for launch, claim in zip(launches, claims, strict=True):
+        separator = launch.index("--")
+        assert launch[separator - 4 : separator] == ["--nodes", "1", "--gpus-per-node", "1"]
+        assert launch[separator + 1 : separator + 3] == ["train", "megatron"]
+        assert (
+            claim[claim.index("megatron-claim") + 1 :] == launch[separator + 3 : launch.index("--moe-layers")]
+        )
+    resumed, uninterrupted = launches
+    differ = [i for i, (a, b) in enumerate(zip(resumed, uninterrupted, strict=True)) if a != b]
+    assert [resumed[i - 1] for i in differ] == ["--work", "--out", "--record", "--provenance"]
+    launch = resumed
     assert (
         launch[launch.index("--condition") + 1]
         == '{"intervention": "rpb", "params": {"beta": 1.0}, "prior": "base"}'
@@ -60,8 +72,8 @@ def test_with_an_image_the_one_process_steps_enter_it_and_the_launch_wraps_torch
     image = str(ROOT / "img.sif")
     assert _command(lines, "train megatron-import")[:5] == ["apptainer", "exec", "--nv", image, "python"]
     assert _command(lines, "train chat-dataset")[:4] == ["apptainer", "exec", image, "python"]
-    launch = _command(lines, "train megatron-launch")
-    assert launch[0] == sys.executable and launch[launch.index("--container") + 1] == image
+    for launch in _commands(lines, "train megatron-launch"):
+        assert launch[0] == sys.executable and launch[launch.index("--container") + 1] == image
 
 
 def test_the_training_section_is_one_gpu_and_killed_before_its_end(paper_config):
@@ -74,9 +86,9 @@ def test_the_training_section_is_one_gpu_and_killed_before_its_end(paper_config)
 
 @pytest.mark.megatron_table
 def test_the_check_passes_on_cpu_with_the_test_adaptations(tmp_path, request):
-    """The whole check on CPU (about 6 minutes): ``tests/finetune_cpu.py`` in place of a GPU."""
+    """The whole check on CPU (about 10 minutes): ``tests/finetune_cpu.py`` in place of a GPU."""
     if "megatron_table" not in (request.config.option.markexpr or ""):
-        pytest.skip("about 6 minutes: run with -m megatron_table (tests/run_megatron_cpu.sh does)")
+        pytest.skip("about 10 minutes: run with -m megatron_table (a developer check, not in CI)")
     megatron = ROOT / ".venv-megatron" / "bin" / "python"
     if not megatron.exists():
         pytest.skip("no Megatron env (.venv-megatron: tests/run_megatron_cpu.sh builds it)")

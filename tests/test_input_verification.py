@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from tests.test_report_routing_tables import TINY_K, _random_topk, _routes
-from workflow_scripts import provenance
+from workflow_scripts import records
 from workflow_scripts.cli import main
-from workflow_scripts.provenance import build_record
-from workflow_scripts.provenance.verify import verify_inputs
+from workflow_scripts.records import build_record
+from workflow_scripts.records.verify import verify_inputs
 
 DETECTOR = json.dumps({"name": "louvain", "resolution": 1.0, "seed": 0, "tolerance": 1e-6, "rho": 0.1})
 ROUTES = Path("results/probes/m/c/base/routes.npz")
@@ -99,11 +99,11 @@ def test_a_flipped_byte_in_an_output_of_main_is_refused(workdir: Path, capsys) -
 
 @pytest.mark.parametrize("path", [PRIOR, ROUTES])
 def test_a_flipped_byte_in_a_prior_or_routes_file_is_refused(workdir: Path, capsys, path) -> None:
-    recorded = provenance.file_sha256(path)
+    recorded = records.file_sha256(path)
     _flip_byte(path)
     assert main(_shuffle(workdir) if path == PRIOR else _partition_command(ROUTES)) == 2
     error = capsys.readouterr().err
-    assert f"{path}: sha256 {provenance.file_sha256(path)} differs from {recorded}" in error
+    assert f"{path}: sha256 {records.file_sha256(path)} differs from {recorded}" in error
     assert f"{path.parent}/provenance.json" in error
 
 
@@ -126,14 +126,14 @@ def test_an_input_no_record_lists_is_accepted_and_recorded(workdir: Path) -> Non
     record = workdir / "shuffle-provenance.json"
     assert main([*_shuffle(workdir, prior=raw), "--provenance", str(record)]) == 0
     inputs = json.loads(record.read_text())["inputs"]
-    assert inputs["prior"]["sha256"] == provenance.file_sha256(raw)
-    assert inputs["partition"]["sha256"] == provenance.file_sha256(PARTITION)
+    assert inputs["prior"]["sha256"] == records.file_sha256(raw)
+    assert inputs["partition"]["sha256"] == records.file_sha256(PARTITION)
 
 
 def test_each_input_is_hashed_once(workdir: Path, monkeypatch) -> None:
     hashed: list[Path] = []
-    real = provenance.file_sha256
-    monkeypatch.setattr(provenance, "file_sha256", lambda path: hashed.append(path) or real(path))
+    real = records.file_sha256
+    monkeypatch.setattr(records, "file_sha256", lambda path: hashed.append(path) or real(path))
     record = workdir / "partition-provenance.json"
     assert main([*_partition_command(ROUTES), "--provenance", str(record)]) == 0
     assert sorted(map(str, hashed)) == sorted([str(ROUTES), "p.json"])  # the input once, the output once
@@ -170,8 +170,7 @@ def test_a_corrupt_prior_is_named(workdir: Path, capsys, damage) -> None:
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny real MoE checkpoint (deepseek_v3) and a probe pool beside it."""
     pytest.importorskip("torch")
-    from tests.conftest import TINY_SPEC
-    from tests.test_train import toy_rows, toy_tokenizer
+    from tests.dag import TINY_SPEC, toy_rows, toy_tokenizer
     from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_toy_base
 
     root = tmp_path_factory.mktemp("checkpoint")

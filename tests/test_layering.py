@@ -1,4 +1,4 @@
-"""The packages of ``workflow_scripts`` import one way: down the layers below, never in a cycle.
+"""The packages of ``workflow_scripts`` import one way: a stage uses the layers below it, never another stage.
 
 A unit is a subpackage or a top-level module of ``workflow_scripts``. Every import counts,
 module-level and function-local alike, because a lazy import ties the packages together just
@@ -17,22 +17,20 @@ from tests.dag import ROOT
 
 PACKAGE = ROOT / "workflow_scripts"
 
-# Bottom first. A unit may import only from units in lower layers; a new unit must be placed here.
-LAYERS = (
+# Bottom first; a unit imports only from layers below its own, so no stage imports another
+# stage. A piece two stages share moves below the stages; a new unit must be placed here.
+FOUNDATIONS = (
     ("errors", "atomic", "registry", "commands", "task_formats"),
-    ("layout", "routing", "routing_metrics", "modeling"),
-    ("provenance",),
-    ("data",),
-    ("priors",),
-    ("train",),
-    ("models",),  # a toy base is pretrained with the training loop
-    ("probe",),
-    ("evaluate",),
-    ("report",),
-    ("compute_plan", "forkserver"),
+    ("layout", "records", "routing", "routing_metrics", "toy_tasks", "score_aggregates"),
+    ("modeling", "chat_sources", "file_formats"),
+)
+STAGES = ("data", "models", "priors", "train", "probe", "evaluate", "report", "provenance")
+WORKFLOW = (
+    ("compute_plan", "forkserver", "dag_inputs"),
     ("cli", "plan_cli", "envs_cli"),
     ("__main__",),
 )
+LAYERS = (*FOUNDATIONS, STAGES, *WORKFLOW)
 RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
 
 
@@ -41,42 +39,86 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
 def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
-    """Absolute ``workflow_scripts`` module names one import statement names."""
+    """The ``workflow_scripts`` modules one import statement names (a package for a name in it)."""
     if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    if not isinstance(node, ast.ImportFrom):
-        return []
-    if node.level:
-        parts = module.split(".")
-        base = parts[: len(parts) - node.level + (1 if is_package else 0)]
-        source = ".".join(base + ([node.module] if node.module else []))
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            parts = module.split(".")
+            base = parts[: len(parts) - node.level + (1 if is_package else 0)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module
+        names = [f"{source}.{alias.name}" for alias in node.names]
     else:
-        source = node.module
-    return [f"{source}.{alias.name}" for alias in node.names] if source == "workflow_scripts" else [source]
+        return []
+    found = []
+    for name in names:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != "workflow_scripts":
+            found.append(name)
+    return found
 
 
-def _unit(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "workflow_scripts" else None
+def _unit(module: str) -> str:
+    return module.split(".")[1]
+
+
+def module_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer module, imported module) -> the ``file:line`` of each import between them."""
+    edges = defaultdict(list)
+    for module, path in MODULES.items():
+        if module == "workflow_scripts":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            for name in _imported(node, module, path.name == "__init__.py"):
+                if name != module:
+                    edges[module, name].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return edges
 
 
 def import_edges() -> dict[tuple[str, str], list[str]]:
     """(importer unit, imported unit) -> the ``file:line`` of each import between two units."""
     edges = defaultdict(list)
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = _module_name(path)
-        source = _unit(module)
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            for name in _imported(node, module, path.name == "__init__.py"):
-                target = _unit(name)
-                if source and target and target != source:
-                    edges[source, target].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    for (source, target), where in module_edges().items():
+        if _unit(source) != _unit(target):
+            edges[_unit(source), _unit(target)].extend(where)
     return edges
 
 
-def test_no_import_cycle_between_units():
-    edges = import_edges()
+def test_every_unit_has_a_layer():
+    units = {_unit(module) for module in MODULES if module != "workflow_scripts"}
+    assert not units - set(RANK), f"place these in LAYERS: {sorted(units - set(RANK))}"
+    assert len(RANK) == sum(map(len, LAYERS)), "a unit is placed twice"
+
+
+def test_no_stage_imports_another_stage():
+    sideways = [
+        f"{source} imports {target} at {', '.join(sorted(set(where)))}"
+        for (source, target), where in sorted(import_edges().items())
+        if source in STAGES and target in STAGES
+    ]
+    assert not sideways, "stages that import another stage (move the shared piece below):\n" + "\n".join(
+        sideways
+    )
+
+
+def test_lower_layers_never_import_upward():
+    upward = [
+        f"{source} (layer {RANK[source]}) imports {target} (layer {RANK[target]}) at {where[0]}"
+        for (source, target), where in sorted(import_edges().items())
+        if RANK[target] >= RANK[source] and not (source in STAGES and target in STAGES)
+    ]
+    assert not upward, "imports that do not go down the layers:\n" + "\n".join(upward)
+
+
+def test_no_import_cycle_between_modules():
+    edges = module_edges()
     cycles = sorted(nx.simple_cycles(nx.DiGraph(list(edges))))
     described = [
         " -> ".join([*cycle, cycle[0]])
@@ -85,24 +127,12 @@ def test_no_import_cycle_between_units():
         + ")"
         for cycle in cycles
     ]
-    assert not cycles, "import cycles between packages:\n" + "\n".join(described)
+    assert not cycles, "import cycles between modules:\n" + "\n".join(described)
 
 
-def test_every_unit_has_a_layer():
-    units = {_unit(_module_name(path)) for path in PACKAGE.rglob("*.py")} - {None}
-    assert not units - set(RANK), f"place these in LAYERS: {sorted(units - set(RANK))}"
-
-
-def test_imports_only_go_down():
-    upward = [
-        f"{source} (layer {RANK[source]}) imports {target} (layer {RANK[target]}) at {where[0]}"
-        for (source, target), where in sorted(import_edges().items())
-        if source in RANK and target in RANK and RANK[target] >= RANK[source]
-    ]
-    assert not upward, "imports that do not go down the layers:\n" + "\n".join(upward)
-
-
-def test_the_graph_sees_lazy_imports():
-    edges = import_edges()
-    assert ("cli", "provenance") in edges  # imported inside main()
-    assert ("__main__", "cli") in edges
+def test_the_graph_sees_lazy_and_submodule_imports():
+    edges = module_edges()
+    assert ("workflow_scripts.cli", "workflow_scripts.records.verify") in edges  # inside a function
+    assert ("workflow_scripts.__main__", "workflow_scripts.cli") in edges
+    # ``from package import module`` is an edge to that module, not to the package
+    assert ("workflow_scripts.train.cli", "workflow_scripts.train.megatron.entry") in edges

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
-from tests.dag import ROOT
+import pytest
+
+from tests.dag import ROOT, TOY, snakemake
 
 
 def test_ruff_clean():
@@ -16,12 +17,7 @@ def test_ruff_clean():
     assert done.returncode == 0, done.stdout
 
 
+@pytest.mark.slow
 def test_snakemake_lint_clean():
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--lint", "--profile", "profiles/local"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = snakemake(ROOT, "--lint", *TOY, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 pytestmark = pytest.mark.megatron
 
 from tests.conftest import ROOT  # noqa: E402

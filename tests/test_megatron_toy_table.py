@@ -5,7 +5,7 @@ Table 8's Moonlight cells (z-loss on math20k and coding20k, 41 jobs) run with
 its stage's environment through ``--sdm env-modules``: the Megatron rules in the Python 3.12
 Megatron env (``.venv-megatron``), the others in the project's ``.venv``. The Megatron jobs
 get ``tests/megatron_cpu_shim`` on ``PYTHONPATH``, which applies ``tests.finetune_cpu``'s
-adaptations (README: Tests); nothing else differs from the cluster's rules. The same target is
+adaptations (docs/training.md); nothing else differs from the cluster's rules. The same target is
 then built with the local backend, and the two tables are printed side by side.
 Run by ``tests/run_megatron_cpu.sh`` (about 15 minutes on 2 cores); needs Environment Modules.
 """

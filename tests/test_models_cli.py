@@ -49,6 +49,7 @@ def toy_base(tmp_path, architecture="qwen3_moe", spec=SPEC) -> subprocess.Comple
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_toy_base_is_built_pretrained_and_reported(tmp_path):
     done = toy_base(tmp_path)
     assert done.returncode == 0, done.stderr

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import JOB_ENV, SHORT_BASE, copy_checkout, dry_run, printed_job, with_overlay
+from tests.dag import SHORT_BASE, copy_checkout, dry_run, printed_job, snakemake_ok, with_overlay
+from workflow_scripts.modeling.objective import Objective
 from workflow_scripts.train.cli import train_config
 from workflow_scripts.train.megatron import settings
-from workflow_scripts.train.objective import Objective
 
 TARGETS = (
     "results/graphs/moonlight/math20k/sft/s42/metrics.json",
@@ -68,9 +66,7 @@ def nested(dotted: str, value: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory) -> Path:
     workdir = copy_checkout(tmp_path_factory.mktemp("params") / "rpb-repro")
-    command = [sys.executable, "-m", "snakemake", *TARGETS, *with_overlay(workdir, SHORT_BASE)]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=900, env=JOB_ENV)
-    assert done.returncode == 0, done.stderr[-4000:]
+    snakemake_ok(workdir, *TARGETS, *with_overlay(workdir, SHORT_BASE), timeout=900)
     return workdir
 
 
@@ -91,6 +87,7 @@ def _json_option(command: str, option: str) -> dict[str, Any]:
     return json.loads(re.search(rf"{option} '([^']*)'", command).group(1))
 
 
+@pytest.mark.slow
 def test_the_megatron_training_slice_holds_every_key_its_command_reads(paper_config):
     _, command = printed_job("results/megatron/trained/moonlight/math20k/sft/s42", "train_megatron")
     training, condition = _json_option(command, "--training"), _json_option(command, "--condition")
@@ -109,6 +106,7 @@ def test_the_local_training_slice_leaves_out_the_cluster_settings(toy_run):
     assert train_config(training).lr_max == load_config(toy=True)["training"]["schedule"]["lr_max"]
 
 
+@pytest.mark.slow
 def test_paper_generation_passes_the_vllm_options_only(paper_config):
     _, command = printed_job("results/evals/moonlight/base/generations.parquet", "generate")
     assert "--batch-size" not in command

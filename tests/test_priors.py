@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import workflow_scripts.cli as cli
-from tests.conftest import TINY_SPEC
+from tests.dag import TINY_SPEC
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.file_formats.prior import check_prior_file, check_prior_matches, load_prior
 from workflow_scripts.modeling.tokenizer import answer_span_mask, train_tokenizer
 from workflow_scripts.modeling.toy import (
     ARCHITECTURES,
@@ -22,15 +23,7 @@ from workflow_scripts.modeling.toy import (
     moe_layer_indices,
     save_toy_base,
 )
-from workflow_scripts.priors.compute import (
-    check_prior_file,
-    check_prior_matches,
-    compute_prior,
-    gather_rows,
-    load_prior,
-    prior_meta,
-    span_means,
-)
+from workflow_scripts.priors.compute import compute_prior, gather_rows, prior_meta, span_means
 from workflow_scripts.priors.stats import prior_stats
 
 MAX_LENGTH = 40

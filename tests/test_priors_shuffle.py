@@ -9,7 +9,7 @@ import pytest
 
 import workflow_scripts.cli as cli
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.priors.compute import check_prior_file
+from workflow_scripts.file_formats.prior import check_prior_file
 from workflow_scripts.priors.shuffle import (
     apply_permutations,
     check_permutations,
@@ -22,7 +22,7 @@ from workflow_scripts.priors.validation import (
     prior_side_strength,
     within_shuffle_community_check,
 )
-from workflow_scripts.provenance import file_sha256
+from workflow_scripts.records import file_sha256
 
 EPS, C = 0.05, 5.0
 

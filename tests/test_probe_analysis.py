@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workflow_scripts.probe import analysis
-from workflow_scripts.probe.analysis import Detector
+from workflow_scripts.routing_metrics.communities import Detector
 
 E, K, L, N = 16, 4, 3, 2000
 

@@ -224,7 +224,7 @@ def test_louvain_level_cap_binds_and_is_validated():
     w = threshold_top_fraction(null_graphs(p, 3000, 6, samples=1, seed=0)[0], 0.1)
     one, full = louvain(w, max_level=1), louvain(w)
     assert one.max() > full.max()  # the cap stopped before the second level merged communities
-    from workflow_scripts.probe.analysis import Detector
+    from workflow_scripts.routing_metrics.communities import Detector
 
     np.testing.assert_array_equal(Detector(max_iterations=1).detect(w), one)
     np.testing.assert_array_equal(Detector().detect(w), full)

@@ -11,37 +11,18 @@ import pytest
 import torch
 import transformers
 
-from tests.conftest import TINY_SPEC
+from tests.dag import PROBE_SPEC, TINY_SPEC
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.file_formats.routes import ProbeTokens, load_routes, save_routes
 from workflow_scripts.modeling.tokenizer import answer_span_mask, train_tokenizer
 from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, load_local, save_toy_base
 from workflow_scripts.probe import cli as probe_cli
-from workflow_scripts.probe.routes import (
-    ProbeTokens,
-    load_routes,
-    probe_tokens,
-    record_routes,
-    routes_meta,
-    save_routes,
-    tokens_sha256,
-)
+from workflow_scripts.probe.routes import probe_tokens, record_routes, routes_meta, tokens_sha256
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates
 
 MAX_LENGTH = 32
 SMALL = ToyModelSpec(**TINY_SPEC)
-LARGE = ToyModelSpec(
-    hidden_size=64,
-    num_layers=4,
-    num_experts=16,
-    top_k=4,
-    intermediate_size=64,
-    moe_intermediate_size=16,
-    num_heads=4,
-    kv_lora_rank=16,
-    qk_rope_head_dim=4,
-    max_position_embeddings=64,
-)
-SPECS = {"qwen3_moe": SMALL, "deepseek_v2": SMALL, "deepseek_v3": LARGE}
+SPECS = {"qwen3_moe": SMALL, "deepseek_v2": SMALL, "deepseek_v3": PROBE_SPEC}
 WORDS = ["alpha", "beta", "gamma", "sum", "of", "the", "is", "code", "print", "def", "x", "y"]
 
 

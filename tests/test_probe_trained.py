@@ -18,14 +18,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 
+from workflow_scripts.file_formats.prior import load_prior  # noqa: E402
+from workflow_scripts.file_formats.routes import ProbeTokens  # noqa: E402
+from workflow_scripts.modeling.batches import encode_rows  # noqa: E402
+from workflow_scripts.modeling.loop import train  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.toy import load_local, save_toy_base  # noqa: E402
-from workflow_scripts.priors.compute import load_prior  # noqa: E402
-from workflow_scripts.probe.routes import ProbeTokens, probe_tokens, record_routes  # noqa: E402
+from workflow_scripts.probe.routes import probe_tokens, record_routes  # noqa: E402
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates  # noqa: E402
-from workflow_scripts.train.batches import encode_rows  # noqa: E402
 from workflow_scripts.train.cli import train_config  # noqa: E402
-from workflow_scripts.train.loop import train  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 SEQUENCE_LENGTH = 64
 TRAINING = {
@@ -39,6 +40,7 @@ TRAINING = {
     "precision": "fp32",
     "optimizer": {"name": "adam", "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "grad_clip": 1.0},
     "schedule": {"name": "cosine", "lr_max": 1e-2, "lr_min": 1e-3, "warmup_steps": 1},
+    "checkpoint_every_steps": 100,
 }
 CONDITION = {"intervention": "rpb", "params": {"beta": 1.0}, "prior": "base"}
 

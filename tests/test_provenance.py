@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.dag import ROOT
-from workflow_scripts.provenance import code_version, path_digest
+from workflow_scripts.records import code_version, path_digest
 
 
 def test_file_digest_matches_hashlib(tmp_path):

@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.provenance import build_record, path_digest
 from workflow_scripts.provenance.audit import (
     MANIFEST,
     Current,
     audit,
     config_differences,
-    merged_config,
     report,
     summary,
 )
+from workflow_scripts.records import build_record, path_digest
 
 
 def test_config_differences_name_every_changed_key_path():
@@ -28,16 +27,6 @@ def test_config_differences_name_every_changed_key_path():
         "training.schedule.lr_max: 0.001 -> 0.002",
     ]
     assert config_differences(recorded, json.loads(json.dumps(recorded))) == []
-
-
-def test_merged_config_lets_later_files_win_key_by_key(tmp_path):
-    base, overlay = tmp_path / "config.yaml", tmp_path / "toy.yaml"
-    base.write_text("training: {epochs: 5, schedule: {lr_max: 1.0e-5, lr_min: 1.0e-6}}\nscale: paper\n")
-    overlay.write_text("training: {schedule: {lr_max: 1.0e-3}}\nscale: toy\n")
-    assert merged_config([base, overlay]) == {
-        "training": {"epochs": 5, "schedule": {"lr_max": 1e-3, "lr_min": 1e-6}},
-        "scale": "toy",
-    }
 
 
 RECORDS = (

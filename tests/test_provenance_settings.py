@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 import pytest
-import yaml
 
+from tests.conftest import load_config
 from tests.dag import ROOT
 from workflow_scripts.cli import build_parser
 from workflow_scripts.errors import UserInputError
@@ -24,9 +24,10 @@ def settings_by_record(commands: list[str]) -> dict:
     return job_settings.settings_by_record(commands, stages.choices)
 
 
+@pytest.mark.slow
 def test_every_recording_job_of_a_toy_table_gets_its_arguments_as_the_rule_passes_them():
     settings = settings_by_record(current_commands([TABLE6], TOY_FILES, ROOT))
-    toy = yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text())
+    toy = load_config(toy=True)
     training = settings["results/checkpoints/moonlight/math20k/rpb/s42.provenance.json"]
     assert training["training"]["schedule"]["lr_max"] == toy["training"]["schedule"]["lr_max"]
     assert settings["results/tables/table6.provenance.json"]["id"] == "table6"
@@ -34,6 +35,7 @@ def test_every_recording_job_of_a_toy_table_gets_its_arguments_as_the_rule_passe
     assert all("provenance" not in arguments for arguments in settings.values())
 
 
+@pytest.mark.slow
 def test_a_config_overlay_changes_the_arguments_of_exactly_the_jobs_it_reaches(tmp_path):
     overlay = tmp_path / "lr.yaml"
     overlay.write_text("training:\n  schedule: {lr_max: 2.0e-3}\n")
@@ -60,6 +62,7 @@ def test_a_command_the_parser_refuses_is_a_clear_error():
         settings_by_record(["python -m workflow_scripts priors no-such-command --provenance r.json"])
 
 
+@pytest.mark.slow
 def test_a_paper_scale_megatron_training_is_read_from_its_launch_line():
     """Its record is written by the command ``megatron-launch`` starts after ``--`` on every node."""
     settings = settings_by_record(current_commands(["results/provenance/table5.json"], ["config.yaml"], ROOT))

@@ -328,11 +328,73 @@ def test_duplicate_yaml_keys_name_file_line_and_key(tmp_path):
     with pytest.raises(
         RegistryError, match=rf"{overlay}:4: duplicate config key training\.epochs .first set at line 2"
     ):
-        registry.check_config_files([overlay])
+        registry.read_config_file(overlay)
     overlay.write_text("seeds: [{a: 1, a: 2}]\n")
     with pytest.raises(RegistryError, match=r":1: duplicate config key seeds\.0\.a"):
-        registry.check_config_files([overlay])
-    registry.check_config_files([ROOT / "config.yaml", ROOT / registry.TOY_OVERLAY])
+        registry.read_config_file(overlay)
+    for path in registry.shipped_config_files(ROOT, toy=True):
+        registry.read_config_file(path)
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("scale: toy\ntraining:\n  epochs: [1, 2\n  global_batch_size: 8\n")
+    with pytest.raises(RegistryError, match=rf"^{overlay}:4: not valid YAML"):
+        registry.read_config_file(overlay)
+
+
+def test_an_overlay_that_is_a_list_is_refused_naming_the_file(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("- scale: toy\n")
+    with pytest.raises(
+        RegistryError, match=rf"^{overlay}: a config file holds a mapping of keys, not a list"
+    ):
+        registry.load_config([ROOT / registry.CONFIG_FILE, overlay])
+
+
+def test_load_config_lets_later_files_win_key_by_key(tmp_path):
+    """Overlays merge as Snakemake merges them: a nested key replaces only itself; --config comes last."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("training: {schedule: {lr_max: 2.0e-5}}\nfork_server: true\n")
+    base = registry.load_config([ROOT / registry.CONFIG_FILE])
+    config = registry.load_config([ROOT / registry.CONFIG_FILE, overlay], {"fork_server": False})
+    assert config["training"]["schedule"] == {**base["training"]["schedule"], "lr_max": 2e-5}
+    assert config["fork_server"] is False
+
+
+def test_load_config_validates_and_caps_seeds(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("seeds_per_cell: 1\n")
+    config = registry.load_config([ROOT / registry.CONFIG_FILE, overlay])
+    assert {t.seed for t in closure(config, "table2").trainings} == {42}
+    overlay.write_text("training: {epochs: 0}\n")
+    with pytest.raises(RegistryError, match=r"config key training\.epochs"):
+        registry.load_config([ROOT / registry.CONFIG_FILE, overlay])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda text: text.replace("fork_server: false", "fork_server: [false"),
+         r"config\.yaml:\d+: not valid YAML"),
+        (lambda text: "- " + text.replace("\n", "\n  "),
+         r"config\.yaml: a config file holds a mapping of keys, not a list"),
+    ],
+)  # fmt: skip
+def test_dry_run_refuses_a_broken_config_yaml_naming_file_and_line(tmp_path, edit, message):
+    """The Snakefile reads config.yaml before Snakemake's loader, whose message names neither."""
+    text = (ROOT / registry.CONFIG_FILE).read_text()
+    broken = edit(text)
+    (tmp_path / registry.CONFIG_FILE).write_text(broken)
+    command = [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=JOB_ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    found = re.search(message, done.stderr + done.stdout)
+    assert found, done.stderr[-2000:]
+    if "not valid YAML" in message:  # where the parser gave up, and where the unclosed bracket opened
+        opened = broken.splitlines().index("fork_server: [false") + 1
+        assert f"while parsing a flow sequence at line {opened})" in done.stderr + done.stdout
+    assert "rule " not in done.stdout
 
 
 @pytest.mark.parametrize(

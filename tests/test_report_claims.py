@@ -1,8 +1,10 @@
-"""The claims table: verdict rules in both directions, fixture results that hold and fail, missing
-cells, the paper's numbers as data, and the seeds the claims keep at toy scale."""
+"""The claims table: three-valued verdict rules per relation, every claim on the paper's numbers,
+each claim reproduced and contradicted, unresolved at high spread, missing cells, the paper's
+numbers as data, the cells the DAG must declare, and the table rendered from result files."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shlex
@@ -10,8 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from tests.conftest import ROOT, SCHEMA, load_config
+from tests.conftest import ROOT, SCHEMA
 from tests.dag import TOY, dry_run, printed_job
 from tests.report_files import sandbox
 from workflow_scripts import registry
@@ -22,18 +25,34 @@ from workflow_scripts.registry import BASE, RegistryError, closure, validate_con
 from workflow_scripts.report import claims
 from workflow_scripts.report.claims import (
     CLAIMS,
+    CONTRADICTED,
+    FROZEN_BIAS,
+    FROZEN_BIAS_CLAIMS,
+    FROZEN_BIAS_PAPER,
+    INEXPRESSIBLE,
+    INEXPRESSIBLE_VERDICT,
     MISSING,
-    NOT_REPRODUCED,
+    NOT_IN_PAPER,
+    POWER_Z,
     REPRODUCED,
+    SEEDS,
+    SENSITIVITY,
+    TESTED,
+    UNRESOLVED,
+    Cell,
+    Check,
+    Claim,
     Estimate,
     Rules,
-    check_holds,
+    Side,
+    check_verdict,
     claim_rows,
     claim_verdict,
     needed_cells,
     our_estimates,
     paper_estimates,
-    standard_error,
+    pooled_sds,
+    with_spread,
 )
 from workflow_scripts.report.reference import load_reference
 from workflow_scripts.report.routing_frames import RETENTION_KEYS
@@ -41,106 +60,169 @@ from workflow_scripts.report.table import ReportInputs
 
 REFERENCE = ROOT / "reference" / "claims.csv"
 RULES = Rules(nmi_points=0.02, accuracy_points=2.0, spread_factor=2.0)
-SEEDS = (42, 43, 44)
-SPREAD = {"nmi": 0.002, "overall9": 0.2, "id": 0.2, "ood": 0.2}
+SPREAD = {"nmi": 0.002, "overall9": 0.2, "id": 0.2, "ood": 0.2, "avg12": 0.2}
+CLAIM_IDS = [claim.claim_id for claim in CLAIMS]
+# The cells tables.claims must declare in config.yaml for the claims' needed cells (needed_cells);
+# the render tests use them until the shipped config carries them.
+CLAIMS_CELLS = yaml.safe_load(
+    """
+- models: [moonlight]
+  corpora: [math20k, coding20k]
+  conditions: [sft, lbl, rpb, router_l2, within_soft, within_hard, global_hard]
+  eval_seeds: [42, 43, 44]
+  probe_seeds: [42, 43, 44]
+- {models: [moonlight], corpora: [math20k, coding20k], conditions: [kl_base, logit_l2],
+   eval_seeds: [42, 43, 44]}
+- {models: [moonlight], corpora: [math20k, coding20k], conditions: [rpb_hard],
+   eval_seeds: [42], probe_seeds: [42]}
+- {models: [moonlight], corpora: [math20k, coding20k], conditions: [zloss], eval_seeds: [42]}
+- {models: [moonlight], corpora: [openr1math], conditions: [rpb, lbl], eval_seeds: [42, 43, 44]}
+- {models: [qwen3_30b], corpora: [math20k], conditions: [rpb, router_l2, sft, lbl], eval_seeds: [42, 43, 44]}
+- {models: [deepseek_v2_lite], corpora: [math20k, coding20k], conditions: [rpb],
+   eval_seeds: [42], probe_seeds: [42]}
+- {models: [deepseek_v2_lite], corpora: [math20k, coding20k], conditions: [sft, lbl], probe_seeds: [42]}
+- {models: [deepseek_v2_lite], corpora: [math20k, coding20k], conditions: [rpb_hard, zloss], eval_seeds: [42]}
+- models: [moonlight]
+  corpora: [math20k, coding20k]
+  conditions: [sft_frozen_bias, lbl_frozen_bias, router_l2_frozen_bias]
+  eval_seeds: [42, 43, 44]
+  probe_seeds: [42, 43, 44]
+  scales: [toy]
+- models: [moonlight]
+  corpora: [math20k, coding20k]
+  conditions: [kl_base_frozen_bias, logit_l2_frozen_bias]
+  eval_seeds: [42, 43, 44]
+  scales: [toy]
+"""
+)
+FROZEN_CELLS = CLAIMS_CELLS[-2:]
 
 
-def _config(toy: bool) -> dict:
-    """The shipped config as the Snakefile sees it: validated (defaults filled), then seeds capped."""
-    config = load_config(toy=toy)
-    validate_config(config, str(SCHEMA))
-    registry.cap_seeds(config)
+def _config(toy: bool, cells: bool = True) -> dict:
+    """The shipped config as the workflow loads it; with ``cells``, tables.claims lists CLAIMS_CELLS."""
+    config = copy.deepcopy(registry.load_config(registry.shipped_config_files(ROOT, toy)))
+    if cells:
+        config["tables"]["claims"]["cells"] = copy.deepcopy(CLAIMS_CELLS)
+        validate_config(config, str(SCHEMA))
+        registry.drop_cells_of_other_scales(config)
     return config
+
+
+def _paper() -> dict:
+    return paper_estimates(load_reference(REFERENCE))
 
 
 # ---------------------------------------------------------------- the verdict rules
 
 
 @pytest.mark.parametrize(
-    ("relation", "a", "b", "expected"),
+    ("relation", "difference", "se", "verdict"),
     [
-        ("above", 0.63, 0.58, True),
-        ("above", 0.59, 0.58, False),  # 0.01 is inside the 0.02 tolerance
-        ("above", 0.58, 0.63, False),
-        ("below", 0.58, 0.63, True),
-        ("below", 0.62, 0.63, False),
-        ("below", 0.63, 0.58, False),
-        ("close", 0.632, 0.631, True),
-        ("close", 0.631, 0.650, True),  # exactly 0.019 apart
-        ("close", 0.60, 0.631, False),
-        ("close", 0.66, 0.631, False),
-        ("at_least", 0.62, 0.631, True),  # within the tolerance below
-        ("at_least", 0.70, 0.631, True),
-        ("at_least", 0.60, 0.631, False),
+        ("above", 3.0, 0.5, REPRODUCED),
+        ("above", 2.5, 1.2, REPRODUCED),  # 2 SE = 2.4: resolved from zero, and beyond tol
+        ("above", 1.9, 0.0, CONTRADICTED),  # a resolved ordering, but inside the tolerance
+        ("above", -3.0, 0.5, CONTRADICTED),
+        ("above", 2.1, 1.5, UNRESOLVED),  # beyond tol, but 2 SE = 3 swallows it
+        ("above", 0.5, 1.0, UNRESOLVED),  # 0.5 + 2 >= tol: a larger effect is not excluded
+        ("below", -3.0, 0.5, REPRODUCED),
+        ("below", 3.0, 0.5, CONTRADICTED),
+        ("below", -2.1, 1.5, UNRESOLVED),
+        ("close", 0.5, 0.5, REPRODUCED),  # 0.5 + 1.0 <= 2
+        ("close", -1.9, 0.05, REPRODUCED),
+        ("close", 1.5, 0.5, UNRESOLVED),  # 1.5 + 1.0 > 2, 1.5 - 1.0 <= 2
+        ("close", 0.0, 1.5, UNRESOLVED),  # the point estimate is exact, but the spread is wide
+        ("close", 3.5, 0.5, CONTRADICTED),  # 3.5 - 1.0 > 2
+        ("close", -3.5, 0.5, CONTRADICTED),
+        ("at_least", -1.0, 0.5, REPRODUCED),  # -1 - 1 >= -2
+        ("at_least", 5.0, 0.5, REPRODUCED),
+        ("at_least", -1.5, 0.5, UNRESOLVED),
+        ("at_least", -3.5, 0.5, CONTRADICTED),
     ],
 )
-def test_check_holds_in_both_directions(relation, a, b, expected):
-    assert check_holds(relation, Estimate(a), Estimate(b), 0.02, 2.0) is expected
+def test_check_verdict_in_every_direction(relation, difference, se, verdict):
+    assert check_verdict(relation, difference, se, 2.0, 2.0) == verdict
 
 
-def test_an_ordering_inside_the_seed_noise_does_not_hold():
-    clear_of_tolerance = (Estimate(0.65, 0.001, 3), Estimate(0.60, 0.001, 3))
-    assert check_holds("above", *clear_of_tolerance, 0.02, 2.0) is True
-    noisy = (Estimate(0.65, 0.05, 3), Estimate(0.60, 0.05, 3))  # SE 0.041: 2 SE = 0.082 > 0.05
-    assert standard_error(*noisy) == pytest.approx(math.sqrt(2 * 0.05**2 / 3))
-    assert check_holds("above", *noisy, 0.02, 2.0) is False
-    assert check_holds("below", noisy[1], noisy[0], 0.02, 2.0) is False
-    assert check_holds("above", *noisy, 0.02, 1.0) is True  # one SE (0.041) is cleared
-
-
-def test_a_side_without_spread_adds_none():
-    assert standard_error(Estimate(1.0, math.nan, 1), Estimate(2.0, 0.3, 3)) == pytest.approx(
-        0.3 / math.sqrt(3)
-    )
-    assert standard_error(Estimate(1.0), Estimate(2.0)) == 0.0
-
-
-def test_a_missing_side_is_neither_held_nor_failed():
-    missing = Estimate(math.nan, math.nan, 0)
-    for relation in ("above", "below", "close", "at_least"):
-        assert check_holds(relation, missing, Estimate(0.5), 0.02, 2.0) is None
-        assert check_holds(relation, Estimate(0.5), missing, 0.02, 2.0) is None
+def test_a_missing_difference_or_spread():
+    for relation in claims.RELATIONS:
+        assert check_verdict(relation, math.nan, 0.1, 2.0, 2.0) == MISSING
+        assert check_verdict(relation, 10.0, math.nan, 2.0, 2.0) == UNRESOLVED  # nothing to read it against
     with pytest.raises(ValueError, match="unknown relation"):
-        check_holds("beyond", Estimate(0.5), Estimate(0.4), 0.02, 2.0)
+        check_verdict("beyond", 1.0, 0.1, 2.0, 2.0)
+
+
+def test_the_minimal_detectable_effect_is_stated_in_the_legend():
+    assert RULES.mde(0.5) == pytest.approx((2.0 + 0.8416) * 0.5)
+    notes = " ".join(claims._rules_notes(RULES))
+    assert f"MDE (minimal detectable effect) = (2 + {POWER_Z:.2f})·SE" in notes and "80 % power" in notes
+    assert "TOST" in notes and "borrow the pooled seed sd" in notes and "unresolved at this power" in notes
 
 
 @pytest.mark.parametrize(
-    ("outcomes", "verdict"),
+    ("verdicts", "claim"),
     [
-        ([True, True], REPRODUCED),
-        ([True, False], NOT_REPRODUCED),
-        ([False, None], NOT_REPRODUCED),  # a failed check decides, whatever else is missing
-        ([True, None], MISSING),
-        ([None], MISSING),
+        ([REPRODUCED, REPRODUCED], REPRODUCED),
+        ([REPRODUCED, UNRESOLVED], UNRESOLVED),
+        ([UNRESOLVED, MISSING], MISSING),
+        ([CONTRADICTED, MISSING, UNRESOLVED], CONTRADICTED),  # a contradiction decides
+        ([MISSING], MISSING),
     ],
 )
-def test_claim_verdict(outcomes, verdict):
-    assert claim_verdict(outcomes) == verdict
+def test_claim_verdict(verdicts, claim):
+    assert claim_verdict(verdicts) == claim
 
 
 def test_a_claim_needs_a_check():
     with pytest.raises(ValueError, match="at least one check"):
         claim_verdict([])
+    with pytest.raises(ValueError, match="at least one check"):
+        Claim("empty", "words", "§0", ())
 
 
-def test_rules_come_from_the_config_with_a_tolerance_per_metric(paper_config):
-    rules = Rules.from_config(paper_config["claim_rules"])
+def test_checks_refuse_mixed_metrics_and_gaps_across_models():
+    a, b = Cell("moonlight", "math20k", "rpb", "nmi"), Cell("moonlight", "math20k", "sft", "overall9")
+    with pytest.raises(ValueError, match="one metric"):
+        Check("above", Side(a), Side(b))
+    with pytest.raises(ValueError, match="one model, corpus and metric"):
+        Side(a, Cell("qwen3_30b", "math20k", "sft", "nmi"))
+    with pytest.raises(ValueError, match="metric must be one of"):
+        Cell("moonlight", "math20k", "rpb", "tvd")
+
+
+def test_a_cell_without_its_own_sd_borrows_the_pooled_one():
+    ml = [Cell("moonlight", "math20k", k, "overall9") for k in ("rpb", "sft", "lbl")]
+    values = {
+        ml[0]: Estimate(28.0, 0.3, 3),
+        ml[1]: Estimate(20.0, 0.4, 3),
+        ml[2]: Estimate(21.0, math.nan, 1),
+    }
+    pooled = pooled_sds(values.items())
+    assert pooled == {"overall9": pytest.approx(math.sqrt((2 * 0.09 + 2 * 0.16) / 4))}
+    spread = with_spread(values, pooled)
+    assert spread[ml[2]] == Estimate(21.0, pooled["overall9"], 1, borrowed=True)
+    assert spread[ml[0]] == values[ml[0]]
+    assert with_spread(values, {})[ml[2]].sd != with_spread(values, {})[ml[2]].sd  # nothing to borrow: NaN
+
+
+def test_rules_come_from_the_config_with_a_tolerance_per_metric():
+    rules = Rules.from_config(_config(toy=False, cells=False)["claim_rules"])
     assert rules == RULES
     assert rules.tolerance("nmi") == 0.02
-    assert {rules.tolerance(m) for m in ("overall9", "id", "ood")} == {2.0}
+    assert {rules.tolerance(m) for m in ("overall9", "id", "ood", "avg12")} == {2.0}
     with pytest.raises(ValueError, match="no tolerance"):
         rules.tolerance("tvd")
 
 
-def test_a_misspelt_claim_rule_fails_naming_it(paper_config):
-    paper_config["claim_rules"]["nmi_point"] = 0.02
+def test_a_misspelt_claim_rule_fails_naming_it():
+    config = _config(toy=False, cells=False)
+    config["claim_rules"]["nmi_point"] = 0.02
     with pytest.raises(RegistryError, match=r"config key claim_rules.*nmi_point"):
-        validate_config(paper_config, str(SCHEMA))
+        validate_config(config, str(SCHEMA))
 
 
 # ---------------------------------------------------------------- the paper's numbers, as data
 
-PAPER_TABLES = {"table2", "table3", "table5", "table6", "table15"}
+PAPER_TABLES = {"table2", "table3", "table4", "table5", "table6", "table8", "table12", "table15", "table16"}
 
 
 def test_every_paper_number_is_the_cell_of_its_paper_table():
@@ -148,29 +230,67 @@ def test_every_paper_number_is_the_cell_of_its_paper_table():
     reference = load_reference(REFERENCE)
     assert set(reference["table"]) == PAPER_TABLES
     for table_id, rows in reference.groupby("table"):
-        source = load_reference(ROOT / "reference" / f"{table_id}.csv").set_index(
-            ["corpus", "condition", "column"]
-        )
+        source = load_reference(ROOT / "reference" / f"{table_id}.csv")
+        keys = [key for key in ("model", "corpus", "condition") if key in source.columns]
         for _, row in rows.iterrows():
-            cell = source.loc[(row["corpus"], row["condition"], row["column"])]
+            match = source[(source["column"] == row["column"])]
+            for key in keys:
+                match = match[match[key] == row[key]]
+            assert len(match) == 1, (table_id, dict(row))
+            cell = match.iloc[0]
             assert cell["value"] == row["value"], (table_id, dict(row))
             assert cell["sd"] == row["sd"] or (math.isnan(cell["sd"]) and math.isnan(row["sd"])), dict(row)
 
 
-def test_the_reference_holds_exactly_the_compared_quantities():
-    paper = paper_estimates(load_reference(REFERENCE))
-    expected = {(claim.claim_id, *key) for claim in CLAIMS for key in claim.keys()}
-    assert set(paper) == expected
+def test_a_printed_sd_comes_with_three_seeds_and_a_seed_with_one():
+    """F.5: the paper prints an sd only beside three-seed means; a seed-matched value is one run."""
+    for (_, cell), estimate in _paper().items():
+        assert estimate.n in (1, 2, 3), cell
+        if not math.isnan(estimate.sd):
+            assert estimate.n == 3, cell
+        if cell.seed is not None or cell.model == "deepseek_v2_lite" or cell.condition == "zloss":
+            assert estimate.n == 1 and math.isnan(estimate.sd), cell
 
 
-def test_the_paper_numbers_pass_every_claim_under_the_shipped_rules(paper_config):
-    """The claims are the paper's and the tolerances are calibrated to it: its own numbers hold."""
-    rules = Rules.from_config(paper_config["claim_rules"])
-    paper = paper_estimates(load_reference(REFERENCE))
-    rows = claim_rows(CLAIMS, {}, paper, rules)
-    assert list(rows["paper_check"]) == ["holds"] * len(CLAIMS)
-    assert list(rows["verdict"]) == [MISSING] * len(CLAIMS)  # no results of ours given
-    assert rows["ours"].str.contains("missing").all()
+def test_the_reference_holds_exactly_the_compared_cells():
+    expected = {(claim.claim_id, cell) for claim in CLAIMS for cell in claim.cells()}
+    assert set(_paper()) == expected
+
+
+def test_the_paper_numbers_reproduce_every_claim_under_the_shipped_rules():
+    """Every expressible claim holds on the paper's own numbers; the others are listed, not tested."""
+    rules = Rules.from_config(_config(toy=False, cells=False)["claim_rules"])
+    rows = claim_rows(CLAIMS, {}, _paper(), rules, inexpressible=INEXPRESSIBLE).set_index("claim")
+    tested = rows.loc[CLAIM_IDS]
+    assert list(tested["paper_check"]) == [REPRODUCED] * len(CLAIMS), tested["paper"].to_dict()
+    assert not tested["paper"].str.contains("✗|\\?|missing").any()
+    assert list(tested["verdict"]) == [MISSING] * len(CLAIMS)  # no results of ours given
+    listed = rows.loc[[c.claim_id for c in INEXPRESSIBLE]]
+    assert set(listed["verdict"]) == set(listed["paper_check"]) == {INEXPRESSIBLE_VERDICT}
+    assert (listed["compared"].str.len() > 20).all()  # each with its reason
+
+
+def test_the_paper_numbers_hold_each_new_rule_where_the_brief_names_it():
+    rows = claim_rows(CLAIMS, {}, _paper(), RULES).set_index("claim")
+    anchors = rows.at["anchors_comparable_above_baselines", "paper"]
+    assert "KL-to-base" not in anchors  # labels are ids without a config
+    assert "kl_base 27.50 ± 0.62 vs logit_l2 27.24 ± 0.77 (Δ +0.26" in anchors
+    hard = rows.at["rpb_hard_keeps_nmi_costs_accuracy", "paper"]
+    assert "rpb_hard s42 24.08 (n=1, sd 0.66 borrowed) vs rpb s42 28.44 (n=1, sd 0.66 borrowed)" in hard
+    assert "rpb_hard s42 0.642" in hard
+    assert (
+        "openr1math Overall@9: rpb 41.40 ± 0.28 vs lbl 31.20 ± 0.44 (Δ +10.20"
+        in rows.at["lbl_below_rpb_openr1", "paper"]
+    )
+    assert "deepseek_v2_lite rpb s42 − lbl s42 +0.011" in rows.at["deepseek_scope_condition", "paper"]
+
+
+def test_inexpressible_claims_are_listed_once_and_apart_from_the_tested():
+    ids = [c.claim_id for c in INEXPRESSIBLE]
+    assert len(set(ids)) == len(ids) and not set(ids) & set(CLAIM_IDS)
+    by_id = {c.claim_id: c for c in INEXPRESSIBLE}
+    assert "0.96" in by_id["openr1_rpb_above_noaux"].paper
+    assert "tolerance" in by_id["openr1_rpb_above_noaux"].reason
 
 
 def test_without_a_reference_the_paper_side_is_missing():
@@ -178,125 +298,349 @@ def test_without_a_reference_the_paper_side_is_missing():
     assert set(rows["paper_check"]) == {MISSING}
 
 
-# ---------------------------------------------------------------- fixture results in both directions
+# ---------------------------------------------------------------- synthetic reproductions
 
 
-def _paper_means() -> dict[tuple[str, str, str, str], float]:
-    """One value per (model, corpus, condition, metric): the paper's, first claim to print it wins."""
-    means: dict[tuple[str, str, str, str], float] = {}
-    for (_, *key), estimate in paper_estimates(load_reference(REFERENCE)).items():
-        means.setdefault(tuple(key), estimate.mean)
+def _paper_means() -> dict[Cell, float]:
+    """One value per cell: the paper's, the first claim to print it wins."""
+    means: dict[Cell, float] = {}
+    for (_, cell), estimate in _paper().items():
+        means.setdefault(cell, estimate.mean)
     return means
 
 
-def _seed_rows(means: dict[tuple[str, str, str, str], float]) -> pd.DataFrame:
-    """Three seeds per quantity at mean -/0/+ its metric's spread: sample sd = that spread."""
-    rows = [
-        {
-            "model": m,
-            "corpus": c,
-            "condition": k,
-            "seed": seed,
-            "metric": metric,
-            "value": mean + step * SPREAD[metric],
-        }
-        for (m, c, k, metric), mean in means.items()
-        for seed, step in zip(SEEDS, (-1, 0, 1), strict=True)
-    ]
+def _seed_rows(means: dict[Cell, float], spread: float = 1.0) -> pd.DataFrame:
+    """Per-seed rows: a seed-mean cell at mean -/0/+ its metric's spread over the three seeds (sample
+    sd = that spread), a seed-matched cell without a seed-mean sibling as that seed's value alone."""
+    rows = []
+    pooled = {(c.model, c.corpus, c.condition, c.metric) for c in means if c.seed is None}
+    for cell, mean in means.items():
+        key = {"model": cell.model, "corpus": cell.corpus, "condition": cell.condition, "metric": cell.metric}
+        if cell.seed is None:
+            for seed, step in zip(SEEDS, (-1, 0, 1), strict=True):
+                rows.append({**key, "seed": seed, "value": mean + step * spread * SPREAD[cell.metric]})
+        elif tuple(key.values()) not in pooled:
+            rows.append({**key, "seed": cell.seed, "value": mean})
     return pd.DataFrame(rows)
 
 
-def _failing_means() -> dict[tuple[str, str, str, str], float]:
-    """The paper's means, edited so that one check of every claim fails on both corpora."""
+def _frozen_like(
+    means: dict[Cell, float], shift: dict[tuple[str, str], float] | None = None
+) -> dict[Cell, float]:
+    """``means`` plus each frozen-bias variant's cells at its condition's value, plus ``shift[(frozen
+    condition, metric)]`` where given."""
+    out = dict(means)
+    for claim in SENSITIVITY:
+        for cell in claim.cells():
+            if cell.condition in FROZEN_BIAS.values():
+                kept = next(a for a, b in FROZEN_BIAS.items() if b == cell.condition)
+                value = means[Cell(cell.model, cell.corpus, kept, cell.metric, cell.seed)]
+                out[cell] = value + (shift or {}).get((cell.condition, cell.metric), 0.0)
+    return out
+
+
+def _ours(means: dict[Cell, float], spread: float = 1.0) -> dict[Cell, Estimate]:
+    cells = {cell for claim in CLAIMS for cell in claim.cells()}
+    return our_estimates(_seed_rows(means, spread), cells)
+
+
+def _at(means: dict[Cell, float], cell: Cell, condition: str, shift: float) -> float:
+    """``condition``'s value in ``cell``'s model, corpus and seed (else its seed mean), plus ``shift``."""
+    same = Cell(cell.model, cell.corpus, condition, cell.metric, cell.seed)
+    if same not in means:
+        same = Cell(cell.model, cell.corpus, condition, cell.metric)
+    return means[same] + shift
+
+
+# claim -> (model, condition, metric, reference, shift): setting condition's cells of that model and
+# metric to the reference's value plus the shift, on every corpus, contradicts the claim.
+CONTRADICTING = {
+    "lbl_below_rpb": ("moonlight", "lbl", "overall9", "rpb", 0.0),
+    "rpb_above_sft_lbl_id_ood": ("moonlight", "sft", "id", "rpb", 10.0),
+    "rpb_above_sft_overall9_ood": ("moonlight", "sft", "ood", "rpb", 0.5),
+    "anchors_comparable_above_baselines": ("moonlight", "kl_base", "overall9", "rpb", -8.0),
+    "lbl_below_rpb_qwen3": ("qwen3_30b", "sft", "overall9", "rpb", -6.0),
+    "lbl_below_rpb_openr1": ("moonlight", "lbl", "overall9", "rpb", -1.0),
+    "rpb_nmi_above_sft_lbl": ("moonlight", "sft", "nmi", "rpb", 0.01),
+    "within_soft_close_to_rpb": ("moonlight", "within_soft", "overall9", "rpb", -8.0),
+    "within_hard_keeps_nmi_loses_accuracy": ("moonlight", "within_hard", "nmi", "rpb", -0.05),
+    "global_hard_loses_accuracy_not_nmi": ("moonlight", "global_hard", "overall9", "within_hard", 0.0),
+    "router_l2_close_to_rpb": ("moonlight", "router_l2", "nmi", "rpb", -0.1),
+    "rpb_hard_keeps_nmi_costs_accuracy": ("moonlight", "rpb_hard", "overall9", "rpb", 3.0),
+    "deepseek_scope_condition": ("deepseek_v2_lite", "rpb", "nmi", "sft", 0.08),
+    "zloss_below_sft_and_rpb": ("moonlight", "zloss", "avg12", "sft", 1.0),
+}
+
+
+def _contradicted(claim_id: str) -> dict[Cell, float]:
+    model, condition, metric, reference, shift = CONTRADICTING[claim_id]
     means = _paper_means()
-    for corpus in ("math20k", "coding20k"):
-        rpb = {metric: means[("moonlight", corpus, "rpb", metric)] for metric in ("nmi", "overall9", "id")}
-        edits = {
-            ("lbl", "overall9"): rpb["overall9"],  # LBL no longer below RPB
-            ("sft", "nmi"): rpb["nmi"] + 0.01,  # SFT keeps more NMI than RPB
-            ("sft", "id"): rpb["id"] + 10.0,  # SFT's ID above RPB's
-            ("within_soft", "overall9"): rpb["overall9"] - 8.0,  # within-soft far from RPB
-            ("within_hard", "overall9"): rpb["overall9"],  # within-hard loses nothing
-            ("global_hard", "overall9"): rpb["overall9"] + 1.0,  # global-hard above within-hard
-            ("router_l2", "nmi"): rpb["nmi"] - 0.1,  # Router-L2 loses NMI
-            ("rpb_hard", "overall9"): rpb["overall9"] + 3.0,  # the hard prior costs nothing
-        }
-        means |= {("moonlight", corpus, condition, metric): v for (condition, metric), v in edits.items()}
+    for cell in list(means):
+        if (cell.model, cell.condition, cell.metric) == (model, condition, metric):
+            means[cell] = _at(means, cell, reference, shift)
     return means
 
 
-def test_results_that_hold_every_claim_are_reproduced():
-    ours = our_estimates(_seed_rows(_paper_means()))
-    assert ours[("moonlight", "math20k", "rpb", "nmi")] == Estimate(
+def test_every_claim_has_a_contradicting_edit():
+    assert set(CONTRADICTING) == set(CLAIM_IDS)
+
+
+def test_results_at_the_paper_means_reproduce_every_claim():
+    ours = _ours(_paper_means())
+    assert ours[Cell("moonlight", "math20k", "rpb", "nmi")] == Estimate(
         pytest.approx(0.631), pytest.approx(0.002), 3
     )
-    rows = claim_rows(CLAIMS, ours, paper_estimates(load_reference(REFERENCE)), RULES)
-    assert list(rows["claim"]) == [claim.claim_id for claim in CLAIMS]
-    assert list(rows["verdict"]) == [REPRODUCED] * len(CLAIMS)
-    assert not rows["ours"].str.contains("✗|missing").any()
+    # The seed-matched s42 cell is that seed's run alone (the seed-mean's first seed here).
+    assert ours[Cell("moonlight", "math20k", "rpb", "overall9", 42)].mean == pytest.approx(28.27 - 0.2)
+    rows = claim_rows(CLAIMS, ours, _paper(), RULES)
+    assert list(rows["claim"]) == CLAIM_IDS
+    assert list(rows["verdict"]) == [REPRODUCED] * len(CLAIMS), rows.set_index("claim")["ours"].to_dict()
+    assert not rows["ours"].str.contains("✗|\\?|missing").any()
+    # A single-seed cell of ours borrows the pooled sd of our multi-seed cells (0.2 here).
+    zloss = rows.set_index("claim").at["zloss_below_sft_and_rpb", "ours"]
+    assert "zloss s42 16.33 (n=1, sd 0.20 borrowed)" in zloss
 
 
-def test_results_that_fail_every_claim_are_not_reproduced():
-    ours = our_estimates(_seed_rows(_failing_means()))
-    rows = claim_rows(CLAIMS, ours, paper_estimates(load_reference(REFERENCE)), RULES)
-    assert list(rows["verdict"]) == [NOT_REPRODUCED] * len(CLAIMS)
-    assert list(rows["paper_check"]) == ["holds"] * len(CLAIMS)
-    assert rows["ours"].str.contains("✗").all()
+@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+def test_each_claim_is_contradicted_by_results_against_it(claim_id):
+    rows = claim_rows(CLAIMS, _ours(_contradicted(claim_id)), _paper(), RULES).set_index("claim")
+    assert rows.at[claim_id, "verdict"] == CONTRADICTED, rows.at[claim_id, "ours"]
+    assert "✗" in rows.at[claim_id, "ours"]
+    assert rows.at[claim_id, "paper_check"] == REPRODUCED
 
 
-def test_a_missing_cell_shows_as_missing():
-    seeds = _seed_rows(_paper_means())
-    without_hard = seeds[seeds["condition"] != "rpb_hard"]
-    rows = claim_rows(CLAIMS, our_estimates(without_hard), {}, RULES).set_index("claim")
-    assert rows.at["rpb_hard_costs_accuracy", "verdict"] == MISSING
-    assert (
-        rows.at["rpb_hard_costs_accuracy", "ours"].count("missing") == 4
-    )  # the value and the check, per corpus
-    assert (rows.drop(index="rpb_hard_costs_accuracy")["verdict"] == REPRODUCED).all()
-
-
-def test_a_missing_cell_beside_a_failed_check_is_not_reproduced():
+def test_hard_enforcement_keeping_more_nmi_than_rpb_reproduces():
+    """'At or above' (§5.2.2, A.1), not 'close': a hard variant far above RPB's NMI still holds."""
     means = _paper_means()
-    for corpus in ("math20k", "coding20k"):
-        means[("moonlight", corpus, "within_hard", "overall9")] = means[
-            ("moonlight", corpus, "rpb", "overall9")
-        ]
-    seeds = _seed_rows(means)
-    seeds = seeds[~((seeds["condition"] == "within_hard") & (seeds["metric"] == "nmi"))]
-    rows = claim_rows(CLAIMS, our_estimates(seeds), {}, RULES).set_index("claim")
-    assert rows.at["within_hard_keeps_nmi_loses_accuracy", "verdict"] == NOT_REPRODUCED
+    for cell in list(means):
+        if cell.metric == "nmi" and cell.condition in ("within_hard", "rpb_hard"):
+            means[cell] = _at(means, cell, "rpb", 0.05)
+    rows = claim_rows(CLAIMS, _ours(means), {}, RULES).set_index("claim")
+    assert rows.at["within_hard_keeps_nmi_loses_accuracy", "verdict"] == REPRODUCED
+    assert rows.at["rpb_hard_keeps_nmi_costs_accuracy", "verdict"] == REPRODUCED
 
 
-def test_a_single_seed_shows_its_count():
+def _seed_matched(rpb: dict[int, float], hard: float) -> str:
+    """The RPB-hard claim's verdict with our Moonlight math20k RPB Overall@9 per seed and RPB-hard s42
+    as given (coding20k at the paper's means)."""
+    cells = {cell for claim in CLAIMS for cell in claim.cells()}
     seeds = _seed_rows(_paper_means())
-    seeds = seeds[(seeds["condition"] != "rpb_hard") | (seeds["seed"] == 42)]
-    rows = claim_rows(CLAIMS, our_estimates(seeds), {}, RULES).set_index("claim")
-    assert "(n=1)" in rows.at["rpb_hard_costs_accuracy", "ours"]
+    math20k = (
+        (seeds["model"] == "moonlight") & (seeds["corpus"] == "math20k") & (seeds["metric"] == "overall9")
+    )
+    is_rpb = math20k & (seeds["condition"] == "rpb")
+    seeds.loc[is_rpb, "value"] = seeds.loc[is_rpb, "seed"].map(rpb)
+    seeds.loc[math20k & (seeds["condition"] == "rpb_hard"), "value"] = hard
+    rows = claim_rows(CLAIMS, our_estimates(seeds, cells), {}, RULES).set_index("claim")
+    return rows.at["rpb_hard_keeps_nmi_costs_accuracy", "verdict"]
+
+
+def test_rpb_hard_is_read_against_rpb_at_the_same_seed():
+    """Table 6 is seed-matched: RPB-hard s42 against RPB s42, not against RPB's three-seed mean."""
+    # 2.5 below RPB's s42, only 0.5 below its mean (28): reproduced.
+    assert _seed_matched({42: 30.0, 43: 27.0, 44: 27.0}, 27.5) == REPRODUCED
+    # Above RPB's s42, though 1 below its mean: contradicted.
+    assert _seed_matched({42: 26.0, 43: 29.0, 44: 29.0}, 27.0) == CONTRADICTED
+
+
+def test_high_spread_leaves_claims_unresolved_not_contradicted():
+    """The paper's means with a seed sd of 30x the usual: orderings and equivalences go unresolved."""
+    rows = claim_rows(CLAIMS, _ours(_paper_means(), spread=30.0), _paper(), RULES).set_index("claim")
+    assert CONTRADICTED not in set(rows["verdict"])
+    for claim_id in (
+        "lbl_below_rpb",
+        "within_soft_close_to_rpb",
+        "router_l2_close_to_rpb",
+        "lbl_below_rpb_qwen3",
+    ):
+        assert rows.at[claim_id, "verdict"] == UNRESOLVED, rows.at[claim_id, "ours"]
+        assert "?" in rows.at[claim_id, "ours"] and "MDE" in rows.at[claim_id, "ours"]
+
+
+def test_single_seed_cells_with_nothing_to_borrow_stay_unresolved():
+    means = {c: v for c, v in _paper_means().items() if c.seed == 42 and c.model == "moonlight"}
+    rows = claim_rows(CLAIMS, _ours(means), {}, RULES).set_index("claim")
+    assert rows.at["rpb_hard_keeps_nmi_costs_accuracy", "verdict"] == UNRESOLVED
+    assert "no spread: ?" in rows.at["rpb_hard_keeps_nmi_costs_accuracy", "ours"]
+
+
+def test_a_missing_cell_shows_as_missing_never_a_crash():
+    seeds = _seed_rows(_paper_means())
+    cells = {cell for claim in CLAIMS for cell in claim.cells()}
+    without_hard = our_estimates(seeds[seeds["condition"] != "rpb_hard"], cells)
+    rows = claim_rows(CLAIMS, without_hard, {}, RULES).set_index("claim")
+    assert rows.at["rpb_hard_keeps_nmi_costs_accuracy", "verdict"] == MISSING
+    assert rows.at["rpb_hard_keeps_nmi_costs_accuracy", "ours"].count("(missing)") == 4
+    assert rows.at["deepseek_scope_condition", "verdict"] == MISSING  # DeepSeek's RPB-hard too
+    others = rows.drop(index=["rpb_hard_keeps_nmi_costs_accuracy", "deepseek_scope_condition"])
+    assert (others["verdict"] == REPRODUCED).all()
+    # A gap with one cell missing is missing as a whole.
+    no_ds_lbl = seeds[~((seeds["model"] == "deepseek_v2_lite") & (seeds["condition"] == "lbl"))]
+    rows = claim_rows(CLAIMS, our_estimates(no_ds_lbl, cells), {}, RULES).set_index("claim")
+    assert "rpb s42 − lbl s42 missing" in rows.at["deepseek_scope_condition", "ours"]
+    assert rows.at["deepseek_scope_condition", "verdict"] == MISSING
+    # No results at all: every claim missing.
+    empty = claim_rows(CLAIMS, our_estimates(pd.DataFrame(), cells), {}, RULES)
+    assert set(empty["verdict"]) == {MISSING}
+
+
+def test_a_missing_cell_beside_a_contradicted_check_is_contradicted():
+    seeds = _seed_rows(_contradicted("within_hard_keeps_nmi_loses_accuracy"))
+    seeds = seeds[~((seeds["condition"] == "within_hard") & (seeds["metric"] == "overall9"))]
+    cells = {cell for claim in CLAIMS for cell in claim.cells()}
+    rows = claim_rows(CLAIMS, our_estimates(seeds, cells), {}, RULES).set_index("claim")
+    assert rows.at["within_hard_keeps_nmi_loses_accuracy", "verdict"] == CONTRADICTED
+
+
+def test_fewer_seeds_than_the_table_show_their_count():
+    seeds = _seed_rows(_paper_means())
+    seeds = seeds[(seeds["condition"] != "within_soft") | (seeds["seed"] != 44)]
+    cells = {cell for claim in CLAIMS for cell in claim.cells()}
+    rows = claim_rows(CLAIMS, our_estimates(seeds, cells), {}, RULES).set_index("claim")
+    assert "(n=2)" in rows.at["within_soft_close_to_rpb", "ours"]
     assert "(n=" not in rows.at["lbl_below_rpb", "ours"]
 
 
-# ---------------------------------------------------------------- the registry entry and its seeds
+# ---------------------------------------------------------------- expert-bias sensitivity
 
 
-def seeds_of(condition: str) -> tuple[int, ...]:
-    """The paper's training seeds of a claims cell: RPB-hard is single-seed in the paper (Table 6)."""
-    return (42,) if condition == "rpb_hard" else SEEDS
+def _tested_rows(means: dict[Cell, float]) -> pd.DataFrame:
+    """Claims and sensitivity rows from per-seed rows of ``means`` (the paper side left out)."""
+    cells = {cell for claim in TESTED for cell in claim.cells()}
+    ours = our_estimates(_seed_rows(means), cells)
+    return claim_rows(CLAIMS, ours, {}, RULES, sensitivity=SENSITIVITY).set_index("claim")
 
 
-def test_the_claims_cells_are_exactly_what_the_claims_compare(paper_config):
-    result = closure(paper_config, "claims")
-    needed = needed_cells(CLAIMS)
-    evaluated = {(e.model, e.corpus, e.condition, e.seed) for e in result.evaluations}
-    probed = {(p.model, p.corpus, p.condition, p.seed) for p in result.probes if p.condition != BASE}
-    assert evaluated == {(*cell, seed) for cell in needed["eval"] for seed in seeds_of(cell[2])}
-    assert probed == {(*cell, seed) for cell in needed["probe"] for seed in SEEDS}
+def test_sensitivity_reads_each_key_claim_with_its_frozen_variants():
+    assert set(FROZEN_BIAS_CLAIMS) <= set(CLAIM_IDS)
+    assert [c.claim_id for c in SENSITIVITY] == [
+        f"{i}_frozen_bias" for i in CLAIM_IDS if i in FROZEN_BIAS_CLAIMS
+    ]
+    originals = {claim.claim_id: claim for claim in CLAIMS}
+    for claim in SENSITIVITY:
+        original = originals[claim.claim_id.removesuffix("_frozen_bias")]
+        assert len(claim.checks) == len(original.checks) and claim.sources == original.sources
+        for frozen, kept in zip(claim.cells(), original.cells(), strict=True):
+            assert frozen == Cell(
+                kept.model,
+                kept.corpus,
+                FROZEN_BIAS.get(kept.condition, kept.condition),
+                kept.metric,
+                kept.seed,
+            )
+        assert {cell.condition for cell in claim.cells()} <= {*FROZEN_BIAS.values(), "rpb"}
+        assert {cell.model for cell in claim.cells()} == {"moonlight"}
+
+
+@pytest.mark.parametrize(
+    ("claim_id", "frozen_shift", "on", "frozen", "also"),
+    [
+        # The toy run's pattern: SFT keeps more structure with the update frozen than RPB does.
+        ("rpb_nmi_above_sft_lbl", {("sft_frozen_bias", "nmi"): 0.1}, REPRODUCED, CONTRADICTED, ()),
+        # Router-L2 loses structure to the update (CONTRADICTING), keeps RPB's with it frozen.
+        ("router_l2_close_to_rpb", "frozen at RPB's", CONTRADICTED, REPRODUCED, ()),
+        # Frozen LBL far above RPB: the anchors are no longer above it either.
+        (
+            "lbl_below_rpb",
+            {("lbl_frozen_bias", "overall9"): 10.0},
+            REPRODUCED,
+            CONTRADICTED,
+            ("anchors_comparable_above_baselines_frozen_bias",),
+        ),
+    ],
+)
+def test_sensitivity_verdicts_under_both_settings(claim_id, frozen_shift, on, frozen, also):
+    if isinstance(frozen_shift, dict):
+        means = _frozen_like(_paper_means(), frozen_shift)
+    else:
+        means = {**_frozen_like(_paper_means()), **_contradicted(claim_id)}
+    rows = _tested_rows(means)
+    sensitivity = f"{claim_id}_frozen_bias"
+    assert (rows.at[claim_id, "verdict"], rows.at[sensitivity, "verdict"]) == (on, frozen), rows.at[
+        sensitivity, "ours"
+    ]
+    assert set(rows.loc[list(also), "verdict"]) <= {CONTRADICTED}
+    others = [c.claim_id for c in SENSITIVITY if c.claim_id not in (sensitivity, *also)]
+    if on == REPRODUCED:
+        assert (rows.loc[others, "verdict"] == REPRODUCED).all(), rows.loc[others, "ours"].to_dict()
+    assert (
+        "_frozen_bias" in rows.at[sensitivity, "ours"] and "_frozen_bias" in rows.at[sensitivity, "compared"]
+    )
+    assert (
+        rows.at[sensitivity, "paper"] == FROZEN_BIAS_PAPER
+        and rows.at[sensitivity, "paper_check"] == NOT_IN_PAPER
+    )
+
+
+def test_a_missing_frozen_cell_is_missing_not_a_crash():
+    rows = _tested_rows(_paper_means())  # no frozen variant trained
+    assert (rows.loc[CLAIM_IDS, "verdict"] == REPRODUCED).all()
+    assert set(rows.loc[[c.claim_id for c in SENSITIVITY], "verdict"]) == {MISSING}
+    assert "(missing)" in rows.at["lbl_below_rpb_frozen_bias", "ours"]
+    means = {c: v for c, v in _frozen_like(_paper_means()).items() if c.condition != "kl_base_frozen_bias"}
+    rows = _tested_rows(means)
+    assert rows.at["anchors_comparable_above_baselines_frozen_bias", "verdict"] == MISSING
+    others = [
+        c.claim_id for c in SENSITIVITY if c.claim_id != "anchors_comparable_above_baselines_frozen_bias"
+    ]
+    assert (rows.loc[others, "verdict"] == REPRODUCED).all()
+
+
+def test_the_rendered_table_reads_both_settings_from_result_files(tmp_path):
+    config = _config(toy=True)
+    means = _frozen_like(_paper_means(), {("sft_frozen_bias", "nmi"): 0.1})
+    table, md = _rendered(config, _results_tree(tmp_path / "results", config, means), tmp_path)
+    rows = table.set_index("claim")
+    assert rows.at["rpb_nmi_above_sft_lbl", "verdict"] == REPRODUCED
+    frozen = rows.loc["rpb_nmi_above_sft_lbl_frozen_bias"]
+    assert frozen["verdict"] == CONTRADICTED
+    assert "math20k Comm. NMI: RPB 0.631 ± 0.002 vs SFT (bias update frozen) 0.675 ± 0.002" in frozen["ours"]
+    assert "LBL (bias update frozen)" in frozen["compared"]
+    assert (frozen["paper"], frozen["paper_check"]) == (FROZEN_BIAS_PAPER, NOT_IN_PAPER)
+    others = [c.claim_id for c in SENSITIVITY if c.claim_id != "rpb_nmi_above_sft_lbl_frozen_bias"]
+    assert (rows.loc[others, "verdict"] == REPRODUCED).all()
+    assert (
+        "Expert-bias sensitivity (rows …_frozen_bias)" in md
+        and "SFT / NoAux by SFT (bias update frozen)" in md
+    )
+
+
+def test_the_rendered_table_without_frozen_cells_leaves_the_sensitivity_out(tmp_path):
+    """Paper scale declares no frozen variant (toy only): no sensitivity rows, the claims intact."""
+    config = _config(toy=False)
+    assert not any(cell in FROZEN_CELLS for cell in config["tables"]["claims"]["cells"])
+    table, _ = _rendered(config, _results_tree(tmp_path / "results", config, _paper_means()), tmp_path)
+    rows = table.set_index("claim")
+    assert (rows.loc[CLAIM_IDS, "verdict"] == REPRODUCED).all()
+    assert not set(rows.index) & {c.claim_id for c in SENSITIVITY}
+
+
+# ---------------------------------------------------------------- the cells the DAG must declare
+
+
+def _declared(config: dict) -> dict[str, set[tuple[str, str, str, int]]]:
+    result = closure(config, "claims")
+    return {
+        "eval": {(e.model, e.corpus, e.condition, e.seed) for e in result.evaluations},
+        "probe": {(p.model, p.corpus, p.condition, p.seed) for p in result.probes if p.condition != BASE},
+    }
+
+
+def test_the_proposed_claims_cells_are_exactly_what_the_claims_compare():
+    assert _declared(_config(toy=False)) == needed_cells(CLAIMS)  # the sensitivity is toy-only
+    assert _declared(_config(toy=True)) == needed_cells(TESTED)  # keep_seeds: three seeds at toy scale
+
+
+def test_the_shipped_claims_cells_are_exactly_what_the_claims_compare():
+    """config.yaml's tables.claims must list CLAIMS_CELLS."""
+    assert _declared(_config(toy=False, cells=False)) == needed_cells(CLAIMS)
+    assert _declared(_config(toy=True, cells=False)) == needed_cells(TESTED)
 
 
 def test_at_toy_scale_the_claims_keep_three_seeds_and_every_other_cell_one():
-    config = _config(toy=True)
+    config = _config(toy=True, cells=False)
     assert config["seeds_per_cell"] == 1 and config["tables"]["claims"]["keep_seeds"] is True
     assert {t.seed for t in closure(config, "claims").trainings} == set(SEEDS)
-    assert {p.seed for p in closure(config, "claims").probes if p.condition != BASE} == set(SEEDS)
     for output_id, entry in registry.outputs(config).items():
         if output_id != "claims":
             for cell in entry["cells"]:
@@ -307,65 +651,79 @@ def test_at_toy_scale_the_claims_keep_three_seeds_and_every_other_cell_one():
 
 
 def test_keep_seeds_is_what_exempts_the_claims_from_the_cap():
-    config = load_config(toy=True)
-    validate_config(config, str(SCHEMA))
-    del config["tables"]["claims"]["keep_seeds"]
-    registry.cap_seeds(config)
+    config = registry.load_config(
+        registry.shipped_config_files(ROOT, True), {"tables": {"claims": {"keep_seeds": False}}}
+    )
     assert {t.seed for t in closure(config, "claims").trainings} == {42}
 
 
-def test_a_toy_dry_run_of_the_claims_trains_and_probes_three_seeds():
-    jobs = dry_run(TOY, "results/tables/claims.md")
-    trained = {(w["corpus"], w["condition"], w["seed"]) for rule, w in jobs if rule == "train_local"}
-    probed = {(w["corpus"], w["condition"], w["seed"]) for rule, w in jobs if rule == "retention"}
-    cells = needed_cells(CLAIMS)
-    assert trained == {(c, k, str(s)) for _, c, k in cells["eval"] | cells["probe"] for s in seeds_of(k)}
-    assert probed == {(c, k, str(s)) for _, c, k in cells["probe"] for s in SEEDS}
+def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_path):
+    """Through Snakemake, with CLAIMS_CELLS as the last config file: exactly the needed runs."""
+    overlay = tmp_path / "claims_cells.yaml"
+    overlay.write_text(yaml.safe_dump({"tables": {"claims": {"cells": CLAIMS_CELLS}}}))
+    jobs = dry_run(
+        [*TOY, "--configfiles", "profiles/local/toy.yaml", str(overlay)], "results/tables/claims.md"
+    )
+    runs = {rule: set() for rule in ("train_local", "retention")}
+    for rule, w in jobs:
+        if rule in runs:
+            runs[rule].add((w["model"], w["corpus"], w["condition"], int(w["seed"])))
+    needed = needed_cells(TESTED)
+    assert runs["train_local"] == needed["eval"] | needed["probe"]
+    assert runs["retention"] == needed["probe"]
 
 
 # ---------------------------------------------------------------- the table, from result files
 
 
-def _scores(config: dict, corpus: str, overall9: float | None, in_domain: float | None) -> dict[str, float]:
-    """Benchmark scores whose Overall@9 and ID come out as given (F.4: 3 ID and 6 OOD of the nine).
+def _scores(config: dict, corpus: str, wanted: dict[str, float | None]) -> dict[str, float]:
+    """Benchmark scores whose aggregates come out as ``wanted`` (F.4: 3 ID and 6 OOD of the nine).
 
-    In-domain benchmarks score ``in_domain``, the others the OOD that makes the suite mean
-    ``overall9``; with only one of the two given, every benchmark scores it.
+    With ID and OOD the nine score them by domain, else all score Overall@9 (or Avg); the three
+    benchmarks outside the nine score what makes the twelve-benchmark mean ``avg12``.
     """
-    if overall9 is None or in_domain is None:
-        value = in_domain if overall9 is None else overall9
-        return dict.fromkeys(config["benchmarks"], value)
     domain = config["corpora"][corpus]["domain"]
-    suite = [spec for spec in config["benchmarks"].values() if spec["overall9"]]
-    ids = sum(spec["family"] == domain for spec in suite)
-    out_of_domain = (len(suite) * overall9 - ids * in_domain) / (len(suite) - ids)
-    return {
-        name: in_domain if spec["family"] == domain else out_of_domain
-        for name, spec in config["benchmarks"].items()
-    }
+    benchmarks = config["benchmarks"]
+    nine = [name for name, spec in benchmarks.items() if spec["overall9"]]
+    if wanted["id"] is not None and wanted["ood"] is not None:
+        scores = {n: wanted["id"] if benchmarks[n]["family"] == domain else wanted["ood"] for n in nine}
+    else:
+        scores = dict.fromkeys(
+            nine, wanted["overall9"] if wanted["overall9"] is not None else wanted["avg12"]
+        )
+    mean9 = sum(scores.values()) / len(nine)
+    rest = [name for name in benchmarks if name not in scores]
+    filler = (
+        mean9
+        if wanted["avg12"] is None
+        else (len(benchmarks) * wanted["avg12"] - len(nine) * mean9) / len(rest)
+    )
+    return scores | dict.fromkeys(rest, filler)
 
 
-def _results_tree(root: Path, config: dict, failing: bool) -> Path:
-    """Summaries and retention metrics of the claims closure at the paper's (or the failing) means."""
-    means = _failing_means() if failing else _paper_means()
-    step = {42: -1, 43: 0, 44: 1}
+def _results_tree(root: Path, config: dict, means: dict[Cell, float]) -> Path:
+    """Summaries and retention metrics of the claims closure: each cell's seeds as in _seed_rows."""
+    rows = _seed_rows(means).set_index(["model", "corpus", "condition", "seed", "metric"])["value"]
+
+    def value(run, metric: str) -> float | None:
+        key = (run.model, run.corpus, run.condition, run.seed, metric)
+        return float(rows[key]) if key in rows.index else None
+
     result = closure(config, "claims")
     for e in result.evaluations:
-        wanted = {m: means.get((e.model, e.corpus, e.condition, m)) for m in ("overall9", "id")}
-        shifted = {m: None if v is None else v + step[e.seed] * SPREAD[m] for m, v in wanted.items()}
-        scores = _scores(config, e.corpus, shifted["overall9"], shifted["id"])
+        wanted = {m: value(e, m) for m in ("overall9", "id", "ood", "avg12")}
+        if all(v is None for v in wanted.values()):
+            continue  # a run no claim reads at this seed
         benchmarks = {
             name: {"score": score, "repeat_scores": [score] * 5, "repeat_sd": 0.0, "items": 3}
-            for name, score in scores.items()
+            for name, score in _scores(config, e.corpus, wanted).items()
         }
         run = {key: getattr(e, key) for key in ("model", "corpus", "condition", "seed")}
         write_json(summary_path(root, e), {**run, "repeats": 5, "benchmarks": benchmarks})
     for probe in result.probes:
-        if probe.condition == BASE:
-            continue
-        nmi = means[(probe.model, probe.corpus, probe.condition, "nmi")] + step[probe.seed] * SPREAD["nmi"]
-        summary = dict.fromkeys(RETENTION_KEYS.values(), 0.5) | {"nmi": nmi}
-        write_json(metrics_path(root, probe), {"summary": summary, "null_model": {}, "sweep": []})
+        if probe.condition != BASE and (nmi := value(probe, "nmi")) is not None:
+            summary = dict.fromkeys(RETENTION_KEYS.values(), 0.5) | {"nmi": nmi}
+            write_json(metrics_path(root, probe), {"summary": summary, "null_model": {}, "sweep": []})
     return root
 
 
@@ -384,32 +742,62 @@ def _rendered(config: dict, results: Path, tmp_path: Path) -> tuple[pd.DataFrame
 
 def test_the_table_from_its_declared_files_reproduces_the_paper_means(tmp_path):
     config = _config(toy=True)
-    table, md = _rendered(config, _results_tree(tmp_path / "results", config, failing=False), tmp_path)
-    assert list(table["claim"]) == [claim.claim_id for claim in CLAIMS]
-    assert list(table["verdict"]) == [REPRODUCED] * len(CLAIMS)
-    assert list(table["paper_check"]) == ["holds"] * len(CLAIMS)
+    table, md = _rendered(
+        config, _results_tree(tmp_path / "results", config, _frozen_like(_paper_means())), tmp_path
+    )
+    sensitivity = [c.claim_id for c in SENSITIVITY]
+    assert list(table["claim"]) == CLAIM_IDS + sensitivity + [c.claim_id for c in INEXPRESSIBLE]
+    tested = table.set_index("claim").loc[CLAIM_IDS]
+    assert list(tested["verdict"]) == [REPRODUCED] * len(CLAIMS), tested["ours"].to_dict()
+    assert list(tested["paper_check"]) == [REPRODUCED] * len(CLAIMS)
     assert "Toy scale" in md and "Rules on the paper's numbers" in md and "Table 6's 24.08" in md
-    rows = table.set_index("claim")
+    assert "MDE (minimal detectable effect)" in md and "Inexpressible rows" in md
     assert (
-        "math20k: RPB 0.631 ± 0.002 vs SFT / NoAux 0.575 ± 0.002 (Δ +0.056 ✓)"
-        in rows.at["rpb_nmi_above_sft_lbl", "ours"]
+        "math20k Comm. NMI: RPB 0.631 ± 0.002 vs SFT / NoAux 0.575 ± 0.002 (Δ +0.056, 2·SE 0.003"
+        in tested.at["rpb_nmi_above_sft_lbl", "ours"]
     )
     assert (
-        "RPB 45.77 ± 0.20 vs SFT / NoAux 29.44 ± 0.20 (Δ +16.33 ✓)" in rows.at["rpb_id_at_least_sft", "ours"]
+        "RPB 45.77 ± 0.20 vs SFT / NoAux 29.44 ± 0.20 (Δ +16.33"
+        in tested.at["rpb_above_sft_lbl_id_ood", "ours"]
     )
+    assert "KL-to-base" in tested.at["anchors_comparable_above_baselines", "compared"]
+    assert "Avg (12)" in tested.at["zloss_below_sft_and_rpb", "ours"]
 
 
-def test_the_table_shows_failed_claims_as_not_reproduced(tmp_path):
+def test_the_table_shows_contradicted_claims(tmp_path):
     config = _config(toy=True)
-    table, md = _rendered(config, _results_tree(tmp_path / "results", config, failing=True), tmp_path)
-    assert list(table["verdict"]) == [NOT_REPRODUCED] * len(CLAIMS)
-    assert list(table["paper_check"]) == ["holds"] * len(CLAIMS)
-    assert md.count(f"| {NOT_REPRODUCED} |") == len(CLAIMS)
+    means = _contradicted("rpb_hard_keeps_nmi_costs_accuracy")
+    table, md = _rendered(config, _results_tree(tmp_path / "results", config, _frozen_like(means)), tmp_path)
+    rows = table.set_index("claim").loc[CLAIM_IDS]
+    assert rows.at["rpb_hard_keeps_nmi_costs_accuracy", "verdict"] == CONTRADICTED
+    assert (rows.drop(index="rpb_hard_keeps_nmi_costs_accuracy")["verdict"] == REPRODUCED).all()
+    assert f"| {CONTRADICTED} |" in md
+
+
+def test_the_table_with_cells_not_declared_says_missing(tmp_path):
+    """A config that does not declare a claim's cells (the Qwen3 runs here): missing, not a crash."""
+    config = _config(toy=True)
+    results = _results_tree(tmp_path / "results", config, _frozen_like(_paper_means()))
+    config["tables"]["claims"]["cells"] = [c for c in CLAIMS_CELLS if c["models"] != ["qwen3_30b"]]
+    table, _ = _rendered(config, results, tmp_path)
+    rows = table.set_index("claim").loc[CLAIM_IDS]
+    assert rows.at["lbl_below_rpb_qwen3", "verdict"] == MISSING
+    assert (rows.drop(index="lbl_below_rpb_qwen3")["verdict"] == REPRODUCED).all()
+
+
+def test_a_declared_result_file_that_is_absent_fails_naming_it(tmp_path):
+    config = _config(toy=True)
+    results = _results_tree(tmp_path / "results", config, _frozen_like(_paper_means()))
+    gone = next(e for e in closure(config, "claims").evaluations if e.model == "qwen3_30b")
+    summary_path(results, gone).unlink()
+    inputs = ReportInputs.at(config, "claims", results, load_reference(REFERENCE))
+    with pytest.raises(FileNotFoundError, match="no evaluation summary"):
+        claims.claims_table(inputs)
 
 
 def test_the_table_function_matches_the_command(tmp_path):
     config = _config(toy=True)
-    results = _results_tree(tmp_path / "results", config, failing=False)
+    results = _results_tree(tmp_path / "results", config, _frozen_like(_paper_means()))
     table = claims.claims_table(ReportInputs.at(config, "claims", results, load_reference(REFERENCE)))
     assert table.keys == ("claim",) and table.columns == claims.COLUMNS
     rendered, _ = _rendered(config, results, tmp_path)
@@ -420,7 +808,7 @@ def test_the_report_job_gets_the_claim_rules_and_the_reference():
     _, command = printed_job("results/tables/claims.csv", "table")
     words = shlex.split(command.removeprefix("Shell command: "))
     sliced = json.loads(words[words.index("--config") + 1])
-    assert sliced["claim_rules"] == load_config(toy=False)["claim_rules"]
+    assert sliced["claim_rules"] == _config(toy=False, cells=False)["claim_rules"]
     assert set(sliced["tables"]) == {"claims"} and sliced["tables"]["claims"]["keep_seeds"] is True
     assert words[words.index("--reference") + 1] == "reference/claims.csv"
     assert words[words.index("--reference-notes") + 1] == "reference/claims.notes.md"

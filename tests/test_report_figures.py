@@ -19,21 +19,23 @@ import pandas as pd
 import pytest
 
 from tests.coactivation_reference import naive_coactivation
-from tests.conftest import load_config
+from tests.conftest import ROOT
 from tests.report_files import report_in_sandbox
+from workflow_scripts import registry
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import main as cli_main
+from workflow_scripts.file_formats.routes import ProbeTokens, Routes, save_routes
 from workflow_scripts.layout import routes_path
 from workflow_scripts.priors.compute import prior_meta
-from workflow_scripts.probe.analysis import Detector
 from workflow_scripts.probe.cli import run_partition, run_retention
-from workflow_scripts.probe.routes import ProbeTokens, Routes, routes_meta, save_routes
+from workflow_scripts.probe.routes import routes_meta
 from workflow_scripts.registry import BASE, closure
 from workflow_scripts.report import figures
 from workflow_scripts.report.figures import FIGURES
 from workflow_scripts.report.inputs import UndeclaredInputError
 from workflow_scripts.report.routing_frames import RETENTION_KEYS, ResultFileError
 from workflow_scripts.report.table import ReportInputs
+from workflow_scripts.routing_metrics.communities import Detector
 from workflow_scripts.routing_metrics.graphs import num_kept_edges
 from workflow_scripts.routing_metrics.metrics import community_nmi
 
@@ -43,7 +45,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def config() -> dict:
-    return load_config(toy=True)
+    """The toy registry with the paper's seed grid (``seeds_per_cell`` off): spreads to check."""
+    return registry.load_config(registry.shipped_config_files(ROOT, True), {"seeds_per_cell": None})
 
 
 def _detector(config: dict) -> dict:

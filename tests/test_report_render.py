@@ -136,6 +136,22 @@ def test_md_at_toy_scale_says_deltas_are_no_verdict(tmp_path):
     assert "not a reproduction verdict" in md
 
 
+def test_a_table_of_single_seeds_marks_every_cell(tmp_path):
+    """At toy scale every cell is one seed: each still carries its dagger, and the note says so."""
+    rows = _table().rows.assign(overall9_sd=NAN, overall9_n=1, nmi_sd=NAN, nmi_n=[1, 1, 1, 0])
+    single = _table(rows=rows)
+    md = render(single, None, "toy")["md"]
+    frame = _md_table(md)
+    assert list(frame["Overall@9"]) == ["20.25†", "**28.27**†", "33.33†", "**39.59**†"]
+    assert frame["nmi"].iloc[3] == "**0.629**‡"  # the best of its block, with no training seed
+    assert "† single training seed: every trained value of this table, so none has an sd." in md
+    assert "‡ no training seed" in md
+    tex = render(single, None, "toy")["tex"]
+    assert r"$20.25^{\dagger}$" in tex and "every trained value of this table" in tex
+    # Beside three-seed cells only the single-seed one is marked, as before.
+    assert render(_table(), None, "paper")["md"].count("†") == 2  # the cell and its note
+
+
 def test_tex_is_paper_layout():
     tex = render(_table(), None, "paper")["tex"]
     lines = tex.splitlines()

@@ -21,9 +21,9 @@ from tests.conftest import ROOT, load_config
 from tests.report_files import anywhere, report_in_sandbox
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import main as cli_main
+from workflow_scripts.file_formats.routes import ProbeTokens, Routes, save_routes
 from workflow_scripts.layout import metrics_path, partition_path, prior_file
 from workflow_scripts.priors.stats import prior_stats
-from workflow_scripts.probe.routes import ProbeTokens, Routes, save_routes
 from workflow_scripts.registry import BASE, Evaluation, Probe, closure
 from workflow_scripts.report import routing_tables
 from workflow_scripts.report.reference import compare, load_reference

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (docs/training.md)")
 pytestmark = pytest.mark.megatron
 
 import torch  # noqa: E402
@@ -24,12 +24,12 @@ from torch import nn  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 from tests.megatron_env import build_router, init_cpu_megatron  # noqa: E402
 from tests.test_routing_hf import BATCH, SEQ, build_model, gate_input, random_prior, span_ids  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.routing import core  # noqa: E402
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates  # noqa: E402
 from workflow_scripts.routing.megatron import RouterAnchor, install, sequence_parallel_slice  # noqa: E402
 from workflow_scripts.train.megatron.settings import router_settings  # noqa: E402
 from workflow_scripts.train.megatron.step import routing_context  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 ARCHS = ("deepseek_v3", "deepseek_v2", "qwen3_moe")
 CONDITIONS = yaml.safe_load((ROOT / "config.yaml").read_text())["conditions"]

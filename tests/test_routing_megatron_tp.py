@@ -13,7 +13,7 @@ import socket
 
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (docs/training.md)")
 pytestmark = pytest.mark.megatron
 
 import torch  # noqa: E402

@@ -22,10 +22,8 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,7 +32,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dag import JOB_ENV, ROOT, SHORT_BASE, copy_checkout, overlay_configfiles, with_overlay
+from tests.dag import (
+    JOB_ENV,
+    ROOT,
+    SHORT_BASE,
+    copy_checkout,
+    copy_workdir,
+    overlay_configfiles,
+    with_overlay,
+)
+from tests.dag import snakemake as run_snakemake
 
 pytestmark = pytest.mark.slurm
 
@@ -101,15 +108,7 @@ class Run:
 def snakemake(workdir: Path, *args: str, env: dict[str, str] = JOB_ENV) -> Run:
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     begin = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", *args],
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    done = run_snakemake(workdir, *args, env=env, timeout=TIMEOUT, stderr_into_stdout=True)
     assert done.returncode == 0, done.stdout[-6000:]
     return Run(workdir, time.monotonic() - begin, done.stdout, started)
 
@@ -161,7 +160,7 @@ def snapshot(tmp_path_factory) -> Path:
 
 
 def workdir(snapshot: Path, tmp_path_factory) -> Path:
-    return Path(shutil.copytree(snapshot, tmp_path_factory.mktemp("run") / "rpb-repro", symlinks=True))
+    return copy_workdir(snapshot, tmp_path_factory.mktemp("run") / "rpb-repro")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.chat_families import FAMILIES, family_tokenizer
-from tests.test_train import toy_rows
+from tests.dag import toy_rows
+from workflow_scripts.modeling.batches import Example, labels_for
 from workflow_scripts.modeling.tokenizer import (
     A_SPAN,
     Q_SPAN,
@@ -13,7 +14,6 @@ from workflow_scripts.modeling.tokenizer import (
     check_rendering,
     generation_template,
 )
-from workflow_scripts.train.batches import Example, labels_for
 
 #: Rows with content a literal-cutting template could mangle: quotes, backslashes, Jinja
 #: syntax, non-ASCII, astral-plane characters, newlines, text that repeats the template's own.

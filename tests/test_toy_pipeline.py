@@ -20,17 +20,15 @@ import pandas as pd
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import JOB_ENV, copy_checkout
-from workflow_scripts import provenance
+from tests.dag import JOB_ENV, TOY, copy_checkout, copy_workdir, snakemake, snakemake_ok
+from workflow_scripts import records
 
 TABLE6_CONDITIONS = ("sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard")
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", *args, "--profile", "profiles/local"]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1200, env=JOB_ENV)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
+def toy_snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Snakemake under the local profile, which must succeed."""
+    return snakemake_ok(workdir, *args, *TOY)
 
 
 TABLES = ("table1", "table6", "table13")
@@ -49,7 +47,7 @@ def toy_run(tmp_path_factory) -> Path:
     git = ["git", "-C", str(workdir), "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "toy run"]):  # records carry a commit
         subprocess.run([*git, *command], check=True, capture_output=True)
-    snakemake(workdir, *targets())
+    toy_snakemake(workdir, *targets())
     return workdir
 
 
@@ -67,7 +65,7 @@ def test_audit_of_a_fresh_run_holds(toy_run):
     assert "records and" in done.stdout and "MISMATCH" not in done.stdout
     (entry,) = json.loads(audit(toy_run, "--json").stdout)
     assert entry["holds"] and entry["records"] > 50 and entry["files"] > entry["records"]
-    snakemake(toy_run, "results/provenance/table6.audit.txt")  # the audit as a job (a nested dry run)
+    toy_snakemake(toy_run, "results/provenance/table6.audit.txt")  # the audit as a job (a nested dry run)
     job_report = (toy_run / "results/provenance/table6.audit.txt").read_text()
     assert "table6: everything recorded holds" in job_report
 
@@ -133,13 +131,12 @@ def test_audit_names_a_changed_config_value(toy_run, tmp_path):
 @pytest.fixture()
 def run_copy(toy_run, tmp_path) -> Path:
     """A copy of the finished toy run (results, records, Snakemake's metadata) for a test to damage."""
-    return Path(shutil.copytree(toy_run, tmp_path / "rpb-repro", symlinks=True))
+    return copy_workdir(toy_run, tmp_path / "rpb-repro")
 
 
 def snakemake_fails(workdir: Path, *args: str) -> str:
     """Run Snakemake expecting a job to refuse; its logs and messages, for the test to read."""
-    command = [sys.executable, "-m", "snakemake", *args, "--profile", "profiles/local"]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1200, env=JOB_ENV)
+    done = snakemake(workdir, *args, *TOY)
     assert done.returncode != 0, done.stdout[-2000:]
     return done.stdout + done.stderr
 
@@ -166,7 +163,7 @@ def test_a_hand_edited_table_or_figure_is_refused_and_named(run_copy, output, ed
     # However the manifest is rebuilt over the edit (here by hand), the producer's record still disagrees.
     recorded["inputs"][edited] = {
         "path": edited,
-        "sha256": provenance.file_sha256(path),
+        "sha256": records.file_sha256(path),
         "bytes": path.stat().st_size,
     }
     manifest.write_text(json.dumps(recorded))
@@ -202,7 +199,7 @@ def test_a_stale_checkpoint_from_another_configuration_is_named_with_its_keys(ru
     (train,) = [c for c in current_commands([CHECKPOINT], files, run_copy) if f"--provenance {record}" in c]
     shutil.rmtree(run_copy / CHECKPOINT)
     subprocess.run(train, shell=True, cwd=run_copy, check=True, env={**JOB_ENV, "PYTHONPATH": str(run_copy)})
-    snakemake(run_copy, "results/provenance/table6.json")  # probed, evaluated and tabled again, unaware
+    toy_snakemake(run_copy, "results/provenance/table6.json")  # probed, evaluated and tabled again, unaware
     found = [line for line in mismatches(audit(run_copy)) if line.startswith("MISMATCH settings")]
     assert found == [
         f"MISMATCH settings {record}: train run ran with other settings: "
@@ -443,14 +440,14 @@ def test_evaluations_score_every_benchmark(toy_run):
 
 @pytest.mark.slow
 def test_html_report_gathers_tables_and_figures(toy_run):
-    snakemake(toy_run, *targets(), "--report", "report.html")
+    toy_snakemake(toy_run, *targets(), "--report", "report.html")
     html = (toy_run / "report.html").read_text(errors="replace")
     assert "table6" in html and "figure2" in html
 
 
 @pytest.mark.slow
 def test_rerun_has_nothing_to_do(toy_run):
-    again = snakemake(toy_run, *targets())
+    again = toy_snakemake(toy_run, *targets())
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
@@ -482,7 +479,7 @@ def test_killed_training_resumes_under_snakemake(toy_run, tmp_path):
     for pid in trainer.stdout.split():
         os.kill(int(pid), signal.SIGKILL)
     assert first.wait(timeout=120) != 0
-    snakemake(toy_run, target)
+    toy_snakemake(toy_run, target)
     job_log = (toy_run / "logs/train/moonlight/math20k/rpb/s42.log").read_text()
     assert "resuming after step" in job_log
     resumed, _ = load_local(toy_run / target)

@@ -10,10 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from workflow_scripts.modeling.tokenizer import train_tokenizer  # noqa: E402
-from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model  # noqa: E402
-from workflow_scripts.routing.hf import find_gates  # noqa: E402
-from workflow_scripts.train.batches import (  # noqa: E402
+from tests.dag import TOY_ROWS, TRAIN_SPEC, toy_rows, toy_tokenizer  # noqa: E402
+from workflow_scripts.modeling.batches import (  # noqa: E402
     IGNORE_INDEX,
     BatchPlan,
     collate,
@@ -21,23 +19,12 @@ from workflow_scripts.train.batches import (  # noqa: E402
     labels_for,
     total_steps,
 )
-from workflow_scripts.train.loop import TrainConfig, learning_rate, train  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
+from workflow_scripts.modeling.loop import TrainConfig, learning_rate, train  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
+from workflow_scripts.modeling.toy import build_toy_model  # noqa: E402
+from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
-ROWS = 24
-SPEC = ToyModelSpec(
-    hidden_size=32,
-    num_layers=3,
-    num_experts=8,
-    top_k=2,
-    intermediate_size=64,
-    moe_intermediate_size=16,
-    num_heads=4,
-    kv_lora_rank=16,
-    qk_rope_head_dim=4,
-    max_position_embeddings=128,
-)
-MOE_LAYERS = SPEC.num_moe_layers
+MOE_LAYERS = TRAIN_SPEC.num_moe_layers
 CONDITIONS = {
     "none": {"intervention": "none"},
     "load_balancing": {"intervention": "load_balancing", "params": {"coefficient": 1e-2}},
@@ -54,24 +41,10 @@ CASES = [(name, "deepseek_v3") for name in CONDITIONS] + [
 ]
 
 
-def toy_rows(rows: int = ROWS) -> tuple[list[str], list[str]]:
-    """Deterministic (prompt, answer) pairs."""
-    rng = np.random.default_rng(0)
-    words = "add the sum of two numbers print a list sort loop value function return answer is".split()
-    prompts = [" ".join(rng.choice(words, 8)) + f" {i}?" for i in range(rows)]
-    answers = [" ".join(rng.choice(words, 12)) + f" = {i * 7}" for i in range(rows)]
-    return prompts, answers
-
-
-def toy_tokenizer():
-    prompts, answers = toy_rows()
-    return train_tokenizer(prompts + answers, 300, min_frequency=1)
-
-
-def toy_prior(rows: int = ROWS, seed: int = 0) -> np.ndarray:
+def toy_prior(rows: int = TOY_ROWS, seed: int = 0) -> np.ndarray:
     """Random probability rows ``(N, 2, L, E)``."""
     rng = np.random.default_rng(seed)
-    return rng.dirichlet(np.ones(SPEC.num_experts), size=(rows, 2, MOE_LAYERS)).astype(np.float32)
+    return rng.dirichlet(np.ones(TRAIN_SPEC.num_experts), size=(rows, 2, MOE_LAYERS)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +64,7 @@ def config(steps: int, **overrides) -> TrainConfig:
 
 
 def run(arch, tokenizer, examples, condition, steps=2, seed=0, model_seed=0):
-    model = build_toy_model(arch, SPEC, tokenizer, model_seed)
+    model = build_toy_model(arch, TRAIN_SPEC, tokenizer, model_seed)
     records = train(
         model,
         examples,
@@ -175,10 +148,10 @@ def test_rpb_has_no_load_balancing_and_v3_bias_frozen(tokenizer, examples):
         assert Objective.from_condition(CONDITIONS[name]).load_balancing == 0.0
     with pytest.raises(ValueError, match="no load-balancing"):
         Objective(intervention="rpb", routing_mode="soft", beta=1.0, load_balancing=1e-3)
-    model = build_toy_model("deepseek_v3", SPEC, tokenizer, 0)
+    model = build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0)
     with torch.no_grad():
         for _, gate in find_gates(model):
-            gate.e_score_correction_bias.copy_(torch.linspace(-0.1, 0.1, SPEC.num_experts))
+            gate.e_score_correction_bias.copy_(torch.linspace(-0.1, 0.1, TRAIN_SPEC.num_experts))
     before = [gate.e_score_correction_bias.clone() for _, gate in find_gates(model)]
     objective = Objective.from_condition(CONDITIONS["rpb_hard"])
     records = train(model, examples, objective, config(2), 0, tokenizer.pad_token_id, toy_prior())
@@ -197,7 +170,7 @@ def test_seed_determines_run(tokenizer, examples):
 
 
 def test_missing_prior_is_an_error(tokenizer, examples):
-    model = build_toy_model("deepseek_v2", SPEC, tokenizer, 0)
+    model = build_toy_model("deepseek_v2", TRAIN_SPEC, tokenizer, 0)
     with pytest.raises(ValueError, match="needs a prior"):
         train(model, examples, Objective.from_condition(CONDITIONS["kl_base"]), config(1), 0, 0)
 
@@ -222,23 +195,23 @@ def _bias(model) -> np.ndarray:
 
 def _biased_v3(tokenizer):
     """A deepseek_v3 toy whose correction bias is non-zero (so the update starts somewhere)."""
-    model = build_toy_model("deepseek_v3", SPEC, tokenizer, 0)
+    model = build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0)
     with torch.no_grad():
         for _, gate in find_gates(model):
-            gate.e_score_correction_bias.copy_(torch.linspace(-0.01, 0.01, SPEC.num_experts))
+            gate.e_score_correction_bias.copy_(torch.linspace(-0.01, 0.01, TRAIN_SPEC.num_experts))
     return model
 
 
 def _step_loads_by_hand(model, examples, pad_token_id, plan, step):
     """Experts the stock gates select on the step's rows (non-pad tokens), counted per layer: (L, E)."""
-    from workflow_scripts.train.batches import collate
+    from workflow_scripts.modeling.batches import collate
 
     chosen = {}
     hooks = [
         gate.register_forward_hook(lambda m, a, out, i=i: chosen.__setitem__(i, out[2].detach()))
         for i, (_, gate) in enumerate(find_gates(model))
     ]
-    counts = np.zeros((MOE_LAYERS, SPEC.num_experts), dtype=np.int64)
+    counts = np.zeros((MOE_LAYERS, TRAIN_SPEC.num_experts), dtype=np.int64)
     with torch.no_grad():
         for rows in plan.micro_batches(step):
             batch = collate(examples, rows, pad_token_id, "answer")
@@ -246,7 +219,7 @@ def _step_loads_by_hand(model, examples, pad_token_id, plan, step):
             keep = batch.attention_mask.reshape(-1).bool()
             for layer in range(MOE_LAYERS):
                 picked = chosen[layer][keep].reshape(-1).numpy()
-                counts[layer] += np.bincount(picked, minlength=SPEC.num_experts)
+                counts[layer] += np.bincount(picked, minlength=TRAIN_SPEC.num_experts)
     for hook in hooks:
         hook.remove()
     return counts
@@ -284,7 +257,7 @@ def test_non_rpb_step_moves_the_correction_bias_toward_balance(tokenizer, exampl
     assert np.array_equal(loads[0], loads_step1)  # the recorded counts are the gates' real selections
     for step, load in enumerate(loads):  # every non-pad token of the global batch fills top_k slots
         tokens = sum(len(examples[int(i)].input_ids) for rows in plan.micro_batches(step) for i in rows)
-        assert (load.sum(axis=-1) == tokens * SPEC.top_k).all()
+        assert (load.sum(axis=-1) == tokens * TRAIN_SPEC.top_k).all()
     # by hand (float32, as the buffer): b += rate * sign(mean load - load), once per step
     expected = before.astype(np.float32)
     for load in loads:
@@ -329,10 +302,9 @@ def test_bias_update_resumes_bit_identically(tokenizer, examples, tmp_path):
 
 def test_training_section_bias_rate(toy_config):
     from workflow_scripts.errors import UserInputError
-    from workflow_scripts.train.cli import expert_bias_update_rate
+    from workflow_scripts.train.condition import expert_bias_update_rate
 
     assert expert_bias_update_rate(toy_config["training"]) == 1e-3
-    assert expert_bias_update_rate({}) == 1e-3  # Megatron-Core's moe_router_bias_update_rate default
     assert expert_bias_update_rate({"expert_bias_update_rate": 0}) == 0.0
     for bad in (-1e-3, "fast", True):
         with pytest.raises(UserInputError, match="expert_bias_update_rate"):
@@ -343,8 +315,8 @@ def test_training_section_bias_rate(toy_config):
 
 
 def test_load_balancing_and_z_loss_sum_over_layers_kl_terms_average():
+    from workflow_scripts.modeling.objective import router_probabilities
     from workflow_scripts.routing import core
-    from workflow_scripts.train.objective import router_probabilities
 
     generator = torch.Generator().manual_seed(0)
     layers, tokens, experts, k = 3, 10, 8, 2
@@ -373,9 +345,9 @@ def test_load_balancing_and_z_loss_sum_over_layers_kl_terms_average():
 
 def test_non_finite_loss_stops_naming_the_step(tokenizer, examples, tmp_path):
     """lr_max inf (once accepted by the config) turns step 1's update into NaN weights: step 2 must stop."""
-    from workflow_scripts.train.loop import NonFiniteLossError
+    from workflow_scripts.modeling.loop import NonFiniteLossError
 
-    model = build_toy_model("deepseek_v3", SPEC, tokenizer, 0)
+    model = build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0)
     settings = config(3, lr_max=math.inf, checkpoint_every_steps=1)
     objective = Objective.from_condition(CONDITIONS["none"])
     with pytest.raises(NonFiniteLossError, match=r"training step 2: loss is nan"):

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_train import SPEC, toy_rows, toy_tokenizer
+from tests.dag import TRAIN_SPEC as SPEC
+from tests.dag import toy_rows, toy_tokenizer
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.modeling.objective import Objective
 from workflow_scripts.modeling.tokenizer import answer_span_mask
 from workflow_scripts.train.megatron import resume
 from workflow_scripts.train.megatron.dataset import TRAINING_FILE, write_chat_dataset
@@ -21,7 +23,6 @@ from workflow_scripts.train.megatron.settings import (
     run_settings,
 )
 from workflow_scripts.train.megatron.spans import SpanTable, batch_span_ids, gather_prior, row_ids
-from workflow_scripts.train.objective import Objective
 
 RPB_FAMILY = {"rpb", "rpb_hard"}
 
@@ -193,7 +194,30 @@ def _checkpoint(save, iteration, complete=True):
     if complete:
         for marker in resume.COMPLETE_MARKERS:
             (folder / marker).write_text("x")
+        (folder / "run_config.yaml").write_text(RUN_CONFIG)
     return folder
+
+
+#: The shape of Bridge's run_config.yaml: ``ConfigContainer`` sections sorted by name, ``validation`` last.
+RUN_CONFIG = (
+    "_target_: megatron.bridge.training.config.ConfigContainer\n"
+    "model:\n  num_layers: 2\nvalidation:\n  eval_iters: 0\n"
+)
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["", RUN_CONFIG[:60], RUN_CONFIG.rsplit("validation", 1)[0], RUN_CONFIG[:-1]],
+    ids=["empty", "cut mid-line", "cut before the last section", "no final newline"],
+)
+def test_a_run_config_that_rank_0_was_still_writing_is_not_complete(tmp_path, written):
+    """Bridge writes run_config.yaml in place; a kill mid-write left an empty one, which no restart loads."""
+    save = tmp_path / "checkpoints"
+    _checkpoint(save, 100)
+    killed = _checkpoint(save, 200)
+    (killed / "run_config.yaml").write_text(written)
+    assert not resume.is_complete(killed)
+    assert resume.latest_complete(save) == 100
 
 
 def test_resume_takes_the_newest_complete_checkpoint_never_a_half_written_one(tmp_path):
@@ -290,7 +314,7 @@ def test_launch_check_without_slurm_runs_torchrun_standalone_and_reports_every_r
     ]
 
 
-def test_claim_keeps_a_work_folder_of_the_same_run_and_discards_another(tmp_path, capsys):
+def test_claim_keeps_a_work_folder_of_the_same_run_and_discards_another(paper_config, tmp_path, capsys):
     from workflow_scripts.cli import main
 
     inputs = {name: tmp_path / name for name in ("hf", "megatron", "dataset")}
@@ -315,7 +339,7 @@ def test_claim_keeps_a_work_folder_of_the_same_run_and_discards_another(tmp_path
         "--condition",
         '{"intervention": "none"}',
     ]
-    argv += ["--training", "{}", "--seed", "42", "--work", str(work)]
+    argv += ["--training", json.dumps(paper_config["training"]), "--seed", "42", "--work", str(work)]
     assert main(argv) == 0
     checkpoint = resume.iteration_dir(work / "checkpoints", 100)
     checkpoint.mkdir(parents=True)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 
 import torch  # noqa: E402
 
@@ -28,14 +28,15 @@ from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # no
 from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptimizer  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 
+from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
+from tests.dag import toy_tokenizer  # noqa: E402
 from tests.megatron_env import init_cpu_megatron  # noqa: E402
-from tests.test_train import SPEC, toy_tokenizer  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.toy import build_toy_model, router_modules, save_toy_base  # noqa: E402
 from workflow_scripts.routing.megatron import find_routers  # noqa: E402
 from workflow_scripts.train.megatron.entry import pre_wrap_hook  # noqa: E402
 from workflow_scripts.train.megatron.settings import router_settings  # noqa: E402
 from workflow_scripts.train.megatron.step import routing_context  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 

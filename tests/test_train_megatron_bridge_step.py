@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 pytestmark = pytest.mark.megatron
 
 from tests import bridge_cpu  # noqa: E402
@@ -35,18 +35,18 @@ from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # no
 from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptimizer  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 
+from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
 from tests.megatron_env import init_cpu_megatron  # noqa: E402
 from tests.megatron_settings_table import paper_config  # noqa: E402
-from tests.test_train import SPEC  # noqa: E402
 from tests.test_train_megatron_data import ROWS, SEQUENCE_LENGTH, FamilyRun, toy_training  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.routing.megatron import find_routers  # noqa: E402
-from workflow_scripts.train.cli import expert_bias_update_rate  # noqa: E402
+from workflow_scripts.train.condition import expert_bias_update_rate  # noqa: E402
 from workflow_scripts.train.megatron.dataset import bridge_chat_template  # noqa: E402
 from workflow_scripts.train.megatron.entry import pre_wrap_hook  # noqa: E402
 from workflow_scripts.train.megatron.settings import bridge_config  # noqa: E402
 from workflow_scripts.train.megatron.spans import row_ids, span_table  # noqa: E402
 from workflow_scripts.train.megatron.step import make_forward_step, routing_context  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 CONDITIONS = paper_config()["conditions"]
 #: Every condition on Moonlight's architecture and template; on the other two families the

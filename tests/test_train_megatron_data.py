@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 pytestmark = pytest.mark.megatron
 
 from tests import bridge_cpu  # noqa: E402
@@ -27,17 +27,18 @@ from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetBuilder  # noqa: 
 from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer  # noqa: E402
 
 from tests.chat_families import FAMILIES, family_tokenizer  # noqa: E402
+from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
+from tests.dag import toy_rows  # noqa: E402
 from tests.megatron_settings_table import paper_config  # noqa: E402
-from tests.test_train import SPEC, toy_rows  # noqa: E402
+from workflow_scripts.modeling.batches import Example, labels_for  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.tokenizer import answer_span_mask  # noqa: E402
 from workflow_scripts.modeling.toy import build_toy_model, save_toy_base  # noqa: E402
-from workflow_scripts.provenance import path_digest  # noqa: E402
-from workflow_scripts.train.batches import Example, labels_for  # noqa: E402
+from workflow_scripts.records import path_digest  # noqa: E402
 from workflow_scripts.train.megatron import resume  # noqa: E402
 from workflow_scripts.train.megatron.dataset import bridge_chat_template, write_chat_dataset  # noqa: E402
 from workflow_scripts.train.megatron.settings import bridge_config  # noqa: E402
 from workflow_scripts.train.megatron.spans import batch_span_ids, row_ids, span_table  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 #: The toy architecture standing in for each family's paper model.
 ARCHITECTURES = {"moonlight": "deepseek_v3", "deepseek_v2_lite": "deepseek_v2", "qwen3_30b_a3b": "qwen3_moe"}

@@ -86,8 +86,9 @@ def test_a_checkpoint_without_its_run_config_is_not_complete(tmp_path):
     for iteration in (100, 200):
         folder = resume.iteration_dir(save, iteration)
         folder.mkdir(parents=True)
-        for marker in (".metadata", "train_state.pt", "run_config.yaml"):
+        for marker in (".metadata", "train_state.pt"):
             (folder / marker).write_text("x")
+        (folder / "run_config.yaml").write_text("model: {num_layers: 2}\nvalidation: {eval_iters: 0}\n")
     killed = resume.iteration_dir(save, 200)
     (killed / "run_config.yaml").unlink()  # killed between train_state.pt and run_config.yaml
     (save / resume.TRACKER).write_text("200\n")
@@ -118,8 +119,8 @@ def megatron_argv(inputs: dict[str, Path], work: Path, command: str, split: Path
 
 def test_the_claim_hashes_each_input_once_and_the_ranks_hash_nothing(training_inputs, tmp_path, monkeypatch):
     """Rank 0 once hashed every input (tens of GB) before joining a process group with a 10-minute timeout."""
-    from workflow_scripts import provenance
-    from workflow_scripts.provenance import verify
+    from workflow_scripts import records as provenance
+    from workflow_scripts.records import verify
 
     hashed: list[str] = []
 

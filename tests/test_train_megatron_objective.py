@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -42,11 +42,11 @@ from megatron.core.pipeline_parallel import schedules  # noqa: E402
 from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler  # noqa: E402
 
 from tests.megatron_env import build_router, init_cpu_megatron  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.routing.megatron import MegatronRoutingContext, install  # noqa: E402
 from workflow_scripts.train.megatron.settings import router_settings  # noqa: E402
 from workflow_scripts.train.megatron.spans import SpanTable  # noqa: E402
 from workflow_scripts.train.megatron.step import make_forward_step, routing_context  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 

@@ -10,8 +10,8 @@ Same toy Qwen3-MoE base, rows, prior and condition on both sides, ``STEPS`` opti
 
 What differs from Bridge's ``finetune()``: one process (no DDP buffers or all-reduce, no
 distributed optimizer); SGD with the local backend's parameter groups, a constant learning
-rate and no clipping on both sides (``sgd``; the schedules differ at warm-up, README: Paper
-scale); the micro-batches are built from the local backend's encoding with every token
+rate and no clipping on both sides (``sgd``; the schedules differ at warm-up,
+docs/training.md); the micro-batches are built from the local backend's encoding with every token
 as input (Bridge's chat dataset drops each row's last input token, which the local backend
 still routes). Test-side CPU adaptations: ``tests.bridge_cpu``; an explicit causal mask; the
 schedule's one CUDA allocation on the CPU; the local backend's gate classes limited to those
@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -41,19 +41,20 @@ from megatron.core.pipeline_parallel import schedules  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler  # noqa: E402
 
+from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
+from tests.dag import toy_rows, toy_tokenizer  # noqa: E402
 from tests.megatron_env import init_cpu_megatron  # noqa: E402
-from tests.test_train import SPEC, toy_rows, toy_tokenizer  # noqa: E402
 from tests.test_train_megatron_objective import _CpuTorch  # noqa: E402
+from workflow_scripts.modeling import loop  # noqa: E402
+from workflow_scripts.modeling.batches import IGNORE_INDEX, BatchPlan, encode_rows, labels_for  # noqa: E402
+from workflow_scripts.modeling.loop import TrainConfig, train  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.toy import build_toy_model, router_modules, save_toy_base  # noqa: E402
 from workflow_scripts.routing import hf  # noqa: E402
 from workflow_scripts.routing.megatron import find_routers, install  # noqa: E402
-from workflow_scripts.train import loop  # noqa: E402
-from workflow_scripts.train.batches import IGNORE_INDEX, BatchPlan, encode_rows, labels_for  # noqa: E402
-from workflow_scripts.train.loop import TrainConfig, train  # noqa: E402
 from workflow_scripts.train.megatron.settings import router_settings  # noqa: E402
 from workflow_scripts.train.megatron.spans import SpanTable  # noqa: E402
 from workflow_scripts.train.megatron.step import make_forward_step, routing_context  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron environment (docs/training.md)")
 
 from tests import bridge_cpu  # noqa: E402
 

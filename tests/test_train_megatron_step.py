@@ -8,17 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (README: Tests)")
+pytest.importorskip("megatron.core", reason="runs in the Megatron-Core environment (docs/training.md)")
 pytestmark = pytest.mark.megatron
 
 import torch  # noqa: E402
 
-from tests.test_train import toy_rows, toy_tokenizer  # noqa: E402
+from tests.dag import toy_rows, toy_tokenizer  # noqa: E402
+from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.tokenizer import answer_span_mask  # noqa: E402
 from workflow_scripts.routing.core import prior_to_bias, span_bias_per_token  # noqa: E402
 from workflow_scripts.train.megatron.spans import SpanTable, padding_mask  # noqa: E402
 from workflow_scripts.train.megatron.step import routed_tokens, routing_context, set_micro_batch  # noqa: E402
-from workflow_scripts.train.objective import Objective  # noqa: E402
 
 LAYERS, EXPERTS = 2, 4
 

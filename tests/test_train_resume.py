@@ -18,6 +18,8 @@ pd = pytest.importorskip("pandas")
 from workflow_scripts.modeling.toy import load_local  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trainings in their own interpreters, killed and resumed
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = {
     "backend": "hf",
@@ -29,6 +31,7 @@ TRAINING = {
     "loss_on": "answer",
     "precision": "fp32",
     "checkpoint_every_steps": 2,
+    "expert_bias_update_rate": 1.0e-3,
     "optimizer": {"name": "adam", "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "grad_clip": 1.0},
     "schedule": {"name": "cosine", "lr_max": 1e-3, "lr_min": 1e-4, "warmup_steps": 2},
     "parallelism": {"nodes": 1},
@@ -119,7 +122,7 @@ def test_changed_split_starts_fresh_instead_of_resuming(training_inputs, tmp_pat
 
 
 def test_run_key_follows_contents_not_paths(tmp_path):
-    from workflow_scripts.train.run_key import run_key
+    from workflow_scripts.modeling.run_key import run_key
 
     first, moved = tmp_path / "a.bin", tmp_path / "b.bin"
     first.write_bytes(b"rows")

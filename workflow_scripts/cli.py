@@ -62,7 +62,7 @@ def _verified_inputs(args: argparse.Namespace) -> dict[str, Any]:
     A command started on many ranks (``train megatron``) takes the digests its one-process claim
     took instead: hashing there would hold rank 0 back while the others wait in the process group.
     """
-    from workflow_scripts.provenance.verify import verify_inputs
+    from workflow_scripts.records.verify import verify_inputs
 
     if getattr(args, "claimed_digests", None):
         return args.claimed_digests(args)
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.provenance and leader:
-        from workflow_scripts.provenance import build_record
+        from workflow_scripts.records import build_record
 
         record = build_record(
             command=f"{args.stage} {args.command}",

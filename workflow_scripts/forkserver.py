@@ -1,27 +1,10 @@
 """A fork server that keeps torch and transformers imported between local jobs.
 
-At toy scale a job's real work takes about a second, while a fresh interpreter spends
-six to nine seconds importing torch, transformers and the model modules before it
-starts. With hundreds of jobs that start-up dominates the run. The server imports
-everything once; each job's ``python -m workflow_scripts ...`` then connects over a
-Unix socket, hands over its argv, working directory, environment and standard streams,
-and the server forks a child that runs the command exactly as a fresh process would
-(the same module run as ``__main__``, with the job's own streams, cwd and environment)
-and reports its exit status back. Any ``python -m <module>`` can be forwarded; the
-workflow's own ``python -m workflow_scripts`` forwards itself (see its ``__main__``).
-
-A job is still one Snakemake job: killing the client (Ctrl-C, ``kill -9``, a timeout)
-closes its socket and the server kills the child's whole process group at once, so an
-interrupted job leaves exactly what an interrupted fresh process leaves. Children are
-forked from a server that has never run a job, so no state passes between jobs; every
-job seeds its own random generators, as it must anyway.
-
-The server is optional and local only: without it (no socket, another interpreter, a
-cluster node) the command runs in-process. A SLURM job is refused even where it reaches the
-socket (a one-machine cluster, a shared ``/tmp``; the executor plugin exports the submitting
-shell's ``RPB_FORK_SERVER``): it must run inside its own allocation. The server logs every job
-it serves or refuses. It exits when the process that started it (Snakemake) ends, or when told
-to stop.
+At toy scale a job's real work takes about a second while a fresh interpreter spends six to
+nine seconds importing torch, transformers and the model modules; with hundreds of jobs that
+start-up dominates. The server imports everything once, and each job's ``python -m
+workflow_scripts ...`` hands it argv, cwd, environment and streams over a Unix socket to run
+in a forked child (``Server``). Optional and local only: without it a command runs in-process.
 
     python -m workflow_scripts.forkserver --socket /tmp/rpb.sock --parent PID
 """
@@ -61,7 +44,7 @@ PRELOAD = (
     "workflow_scripts.cli",
     "workflow_scripts.modeling.toy",
     "workflow_scripts.routing.hf",
-    "workflow_scripts.train.loop",
+    "workflow_scripts.modeling.loop",
     "workflow_scripts.priors.compute",
     "workflow_scripts.probe.routes",
     "workflow_scripts.probe.analysis",
@@ -190,7 +173,23 @@ def _exit_status(wait_status: int) -> int:
 
 
 class Server:
-    """Accept jobs on a listening Unix socket and fork one child per job."""
+    """Accept jobs on a listening Unix socket and fork one child per job.
+
+    Each child runs the command exactly as a fresh process would (the same module run as
+    ``__main__``, with the job's own streams, cwd and environment) and its exit status goes back
+    to the client. A job is still one Snakemake job: killing the client (Ctrl-C, ``kill -9``, a timeout)
+    closes its socket and the server kills the child's whole process group at once, so an
+    interrupted job leaves exactly what an interrupted fresh process leaves. Children are
+    forked from a server that has never run a job, so no state passes between jobs; every
+    job seeds its own random generators, as it must anyway.
+
+    The server is optional and local only: without it (no socket, another interpreter, a
+    cluster node) the command runs in-process. A SLURM job is refused even where it reaches the
+    socket (a one-machine cluster, a shared ``/tmp``; the executor plugin exports the submitting
+    shell's ``RPB_FORK_SERVER``): it must run inside its own allocation. The server logs every job
+    it serves or refuses. It exits when the process that started it (Snakemake) ends, or when told
+    to stop.
+    """
 
     def __init__(self, listener: socket.socket, parent: int) -> None:
         self.listener = listener

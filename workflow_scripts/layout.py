@@ -11,16 +11,46 @@ from typing import Any
 
 from workflow_scripts.registry import BASE, Evaluation, Probe, Training
 
-# File of each prior kind in ``priors/{model}/{corpus}/``.
+# File of each prior kind in ``priors/{model}/{corpus}/``, and the records beside them.
 PRIOR_FILES = {
     "base": "prior.npy",
     "shuffled_within": "shuffled-within.npy",
     "shuffled_global": "shuffled-global.npy",
 }
+PRIOR_META = "meta.json"
+PRIOR_STATS = "stats.json"
+PRIOR_VALIDATION = "prior_validation.json"  # the shuffles' record (their checksums and seeds)
+# Files several stages name: a corpus' splits, a base model's folder, a probe's routes, a graph's
+# partition and metrics, an evaluation's summary, a benchmark's items.
+SPLIT_FILE = "train.parquet"
+POOL_FILE = "probe.parquet"
+BASE_MODEL = "base"
+ROUTES_FILE = "routes.npz"
+ROUTES_META = "meta.json"  # the probe pool tokens behind the routes
+PARTITION_FILE = "partition.json"
+METRICS_FILE = "metrics.json"
+LAYERS_FILE = "layers.parquet"
+SUMMARY_FILE = "summary.json"
+ITEMS_FILE = "items.parquet"
+CORPUS_REPORT = "report.json"  # a corpus build's row counts and score distribution
+RAW_FILE = "raw.parquet"  # a benchmark's downloaded or generated rows
+MANIFEST_FILE = "manifest.json"  # a download's hub record (revision resolved)
+PROVENANCE_FILE = "provenance.json"  # the provenance record of a stage folder's job
+RAW_PROVENANCE = "raw.provenance.json"
+ROUTING_REPORT = "routing_report.json"  # a toy base's routing structure before and after pretraining
+GENERATIONS_FILE = "generations.parquet"
+GENERATIONS_PROVENANCE = "generations.provenance.json"
+SCORES_FILE = "scores.parquet"
+SHUFFLE_PROVENANCE = "shuffle-provenance.json"
+TABLE_SUFFIXES = (".csv", ".md", ".tex")
+FIGURE_SUFFIXES = (".csv", ".png", ".pdf")  # the csv holds the figure's data
+NEVER = "(?!x)x"  # a wildcard pattern nothing matches: a rule that does not apply at this scale
 
 
-#: Every result path below the results root, with the rules' wildcard names. ``{run}`` is
-#: ``base`` or ``{condition}/s{seed}``; ``{name}`` is the file of a stage's folder. The rules
+#: Every result path below the results root, with the rules' wildcard names. ``{run}`` (a probed
+#: run) is ``base`` or ``{condition}/s{seed}`` on ``{corpus}``; ``{evaluated}`` (an evaluated
+#: checkpoint, the base once for all corpora) is ``base`` or ``{corpus}/{condition}/s{seed}``;
+#: ``{name}`` is the file of a stage's folder. The rules
 #: take their patterns from here (``rule_path``), the CLIs and the report their paths.
 PATHS = {
     "raw": "raw/{dataset}/{subset}",  # + .parquet, .manifest.json
@@ -31,7 +61,7 @@ PATHS = {
     "graph": "graphs/{model}/{corpus}/{run}/{name}",
     "checkpoint": "checkpoints/{model}/{corpus}/{condition}/s{seed}",
     "benchmark": "benchmarks/{benchmark}/{name}",
-    "eval": "evals/{model}/{run}/{name}",
+    "eval": "evals/{model}/{evaluated}/{name}",
     "megatron_base": "megatron/{model}/base",
     "megatron_dataset": "megatron/datasets/{corpus}",
     "megatron_trained": "megatron/trained/{model}/{corpus}/{condition}/s{seed}",
@@ -61,6 +91,11 @@ def result_path(results: str | Path, kind: str, **fields: Any) -> Path:
     return Path(results) / PATHS[kind].format(**fields)
 
 
+def reference_files(output_id: str) -> dict[str, str]:
+    """The paper's published values of a table, and notes on them, relative to the checkout (not results)."""
+    return {"reference": f"reference/{output_id}.csv", "reference_notes": f"reference/{output_id}.notes.md"}
+
+
 def run_name(condition: str, seed: int | None) -> str:
     """``base``, or ``{condition}/s{seed}`` for a trained checkpoint."""
     return BASE if condition == BASE else f"{condition}/s{seed}"
@@ -85,22 +120,22 @@ def checkpoint_dir(results: str | Path, training: Training) -> Path:
 
 def routes_path(results: str | Path, probe: Probe) -> Path:
     """The bias-free routes of a probed checkpoint (or base) on a corpus' probe pool."""
-    return _run_dir(results, "probe", probe.model, probe.corpus, probe.condition, probe.seed) / "routes.npz"
+    return _run_dir(results, "probe", probe.model, probe.corpus, probe.condition, probe.seed) / ROUTES_FILE
 
 
 def partition_path(results: str | Path, model: str, corpus: str) -> Path:
     """The base partition (with span profile) of a model on a corpus' probe pool."""
-    return result_path(results, "graph", model=model, corpus=corpus, run=BASE, name="partition.json")
+    return result_path(results, "graph", model=model, corpus=corpus, run=BASE, name=PARTITION_FILE)
 
 
 def metrics_path(results: str | Path, probe: Probe) -> Path:
     """The retention metrics of a probed trained checkpoint."""
-    return _run_dir(results, "graph", probe.model, probe.corpus, probe.condition, probe.seed) / "metrics.json"
+    return _run_dir(results, "graph", probe.model, probe.corpus, probe.condition, probe.seed) / METRICS_FILE
 
 
 def layers_path(results: str | Path, probe: Probe) -> Path:
     """The per-layer retention metrics (and the run's communities) of a probed trained checkpoint."""
-    return metrics_path(results, probe).with_name("layers.parquet")
+    return metrics_path(results, probe).with_name(LAYERS_FILE)
 
 
 def summary_path(results: str | Path, evaluation: Evaluation) -> Path:
@@ -110,7 +145,7 @@ def summary_path(results: str | Path, evaluation: Evaluation) -> Path:
         if evaluation.condition == BASE
         else f"{evaluation.corpus}/{run_name(evaluation.condition, evaluation.seed)}"
     )
-    return result_path(results, "eval", model=evaluation.model, run=run, name="summary.json")
+    return result_path(results, "eval", model=evaluation.model, evaluated=run, name=SUMMARY_FILE)
 
 
 def manifest_path(results: str | Path, output_id: str) -> Path:

@@ -1,18 +1,17 @@
 """``python -m workflow_scripts plan <target>``: price a table, a figure or ``all`` before submitting it.
 
-A top-level command rather than a stage: it reads the config itself, as Snakemake would
-(config file, optional overlay, schema validation, seed cap), and runs no rule.
+A top-level command rather than a stage: it loads the registry as the workflow does
+(``registry.load_config``: config file, optional overlay, validation, seed cap) and runs no rule.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.registry import CONFIG_FILE, TOY_OVERLAY
 
-SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
 # Training rows of corpora whose split keeps every eligible row (train_rows: null), as the
 # paper states them: OpenR1-Math-220k, "roughly 94k examples".
 PAPER_ROWS = {"openr1math": 94000}
@@ -48,8 +47,13 @@ def register(stages: argparse._SubParsersAction) -> None:
     summary = "print the GPU-hours and node-hours a table, a figure or 'all' needs, before submitting it"
     parser = stages.add_parser("plan", help=summary, description=summary)
     parser.add_argument("target", help="a table or figure id, or 'all' for every one")
-    parser.add_argument("--config", default="config.yaml", help="registry file (default: config.yaml)")
-    parser.add_argument("--overlay", help="YAML merged over the config, e.g. profiles/local/toy.yaml")
+    parser.add_argument("--config", default=CONFIG_FILE, help=f"registry file (default: {CONFIG_FILE})")
+    parser.add_argument(
+        "--overlay",
+        action="append",
+        default=[],
+        help=f"YAML merged over the config, e.g. {TOY_OVERLAY}; repeatable, later ones win",
+    )
     parser.add_argument(
         "--rows",
         type=_row_count,
@@ -76,25 +80,14 @@ def register(stages: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run, command="plan", provenance=None, inputs=(), outputs=())
 
 
-def load_config(path: str, overlay: str | None) -> dict[str, Any]:
-    """The config as Snakemake sees it: overlay merged, validated, seeds capped."""
-    import yaml
-    from snakemake.utils import update_config
-
+def load_config(path: str, overlays: list[str]) -> dict[str, Any]:
+    """The config as Snakemake sees it (``registry.load_config``); a refusal is a user error."""
     from workflow_scripts import registry
 
     try:
-        config = yaml.safe_load(Path(path).read_text())
-        if overlay:
-            update_config(config, yaml.safe_load(Path(overlay).read_text()))
-    except OSError as error:
-        raise UserInputError(f"{error.filename}: {error.strerror}") from None
-    try:
-        registry.validate_config(config, str(SCHEMA))
+        return registry.load_config([path, *overlays])
     except registry.RegistryError as error:
         raise UserInputError(str(error)) from None
-    registry.cap_seeds(config)
-    return config
 
 
 def run(args: argparse.Namespace) -> None:

@@ -1,7 +1,9 @@
 """The experiment registry: typed view of the validated config and table closures.
 
-``config.yaml`` is first checked against its JSON schema (shape, types, unknown
-keys); :func:`check_references` then checks what a schema cannot express
+:func:`load_config` is the one way the registry is loaded (the workflow, the commands
+that read it whole, the tests): ``config.yaml`` and its overlays are read (a YAML error
+named by file and line, duplicate keys refused), merged, then checked against the JSON
+schema (shape, types, unknown keys); :func:`check_references` then checks what a schema cannot express
 (a table naming an unknown condition, a corpus naming an unknown dataset, an
 intervention missing its parameter), always naming the offending key.
 :func:`closure` expands a table or figure into every unit of work it needs,
@@ -12,6 +14,7 @@ table's inputs.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -30,6 +33,10 @@ INTERVENTION_PARAMS: dict[str, tuple[str, ...]] = {
     "logit_l2": ("coefficient",),
     "z_loss": ("coefficient",),
 }
+# The registry files of a checkout (relative to its root) and the schema they are validated against.
+CONFIG_FILE = "config.yaml"
+TOY_OVERLAY = "profiles/local/toy.yaml"
+SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
 PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
 BASE = "base"
 
@@ -268,18 +275,89 @@ def _duplicate_keys(node: Any, path: str = "") -> Iterable[tuple[str, int, int]]
         yield from _duplicate_keys(value, dotted)
 
 
-def check_config_files(paths: Iterable[str | Path]) -> None:
-    """Refuse config files with a key repeated in one mapping, naming file, line and key.
+def _yaml_error_place(path: str | Path, error: Exception) -> str:
+    """``file:line`` of a YAML error (the line where the parser gave up), or the file alone."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    return f"{path}:{mark.line + 1}" if mark is not None else str(path)
 
-    PyYAML, and so Snakemake, silently keeps the last of repeated keys: an overlay that sets a
-    key twice would run with a value its author may not have meant.
+
+def _yaml_problem(error: Exception) -> str:
+    """The parser's problem, with the construct it was reading and where that began (an unclosed bracket)."""
+    problem = getattr(error, "problem", None) or str(error)
+    context, mark = getattr(error, "context", None), getattr(error, "context_mark", None)
+    return f"{problem} ({context} at line {mark.line + 1})" if context and mark is not None else problem
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """One config file's top-level mapping; refuses, naming the file, what Snakemake would misread.
+
+    A YAML syntax error is named with its file and line (Snakemake's own loader says only
+    "not valid JSON or YAML"); a file whose top level is not a mapping, and a key repeated in
+    one mapping (PyYAML, and so Snakemake, silently keeps the last), are refused too.
     """
     import yaml
 
-    for path in paths:
-        if repeated := list(_duplicate_keys(yaml.compose(Path(path).read_text()))):
-            key, first, line = repeated[0]
-            raise RegistryError(f"{path}:{line}: duplicate config key {key} (first set at line {first})")
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise RegistryError(f"{path}: {error.strerror}") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a tenth of the DAG's start-up
+    try:
+        node = yaml.compose(text, Loader=loader)
+        config = yaml.load(text, Loader=loader)
+    except yaml.YAMLError as error:
+        place, problem = _yaml_error_place(path, error), _yaml_problem(error)
+        raise RegistryError(f"{place}: not valid YAML: {problem}") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise RegistryError(f"{path}: a config file holds a mapping of keys, not a {type(config).__name__}")
+    if repeated := list(_duplicate_keys(node)):
+        key, first, line = repeated[0]
+        raise RegistryError(f"{path}:{line}: duplicate config key {key} (first set at line {first})")
+    return config
+
+
+def merge_config(config: dict[str, Any], overlay: Mapping[str, Any]) -> None:
+    """Merge ``overlay`` into ``config`` in place, key by key, as Snakemake merges config files."""
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(config.get(key), dict):
+            merge_config(config[key], value)
+        else:
+            config[key] = copy.deepcopy(value)
+
+
+def load_config(
+    files: Iterable[str | Path], overrides: Mapping[str, Any] | None = None, schema: str | Path = SCHEMA
+) -> dict[str, Any]:
+    """The registry: ``files`` (``config.yaml``, then each overlay) read and merged in order,
+    ``overrides`` (Snakemake's ``--config``) last, validated, seeds capped.
+
+    The one way the config is loaded: by the workflow (``rules/common.smk``), by every command that
+    reads the whole registry, and by the tests. Raises ``RegistryError`` naming file, line or key.
+    """
+    config: dict[str, Any] = {}
+    for path in files:
+        merge_config(config, read_config_file(path))
+    merge_config(config, overrides or {})
+    validate_config(config, str(schema))
+    cap_seeds(config)
+    drop_cells_of_other_scales(config)
+    return config
+
+
+def drop_cells_of_other_scales(config: dict[str, Any]) -> None:
+    """Remove the cell groups whose ``scales`` leave out ``config["scale"]``: nothing downstream sees them."""
+    for section in ("tables", "figures"):
+        for entry in config[section].values():
+            entry["cells"] = [
+                cell for cell in entry["cells"] if config["scale"] in cell.get("scales", (config["scale"],))
+            ]
+
+
+def shipped_config_files(root: str | Path, toy: bool) -> list[Path]:
+    """The config files of a checkout at one scale: ``config.yaml``, plus the toy overlay at toy scale."""
+    return [Path(root) / CONFIG_FILE] + ([Path(root) / TOY_OVERLAY] if toy else [])
 
 
 def outputs(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -372,7 +450,7 @@ def cap_seeds(config: dict[str, Any]) -> None:
                         cell[key] = cell[key][:cap]
 
 
-def validate_config(config: dict[str, Any], schema: str) -> None:
+def validate_config(config: dict[str, Any], schema: str | Path = SCHEMA) -> None:
     """Validate ``config`` (finite numbers, the JSON schema, then references and values); one-line
     errors naming the key.
 
@@ -386,7 +464,7 @@ def validate_config(config: dict[str, Any], schema: str) -> None:
         key, value = found[0]
         raise RegistryError(f"config key {key}: {value} is not a finite number")
     try:
-        validate(config, schema)
+        validate(config, str(schema))
     except Exception as error:  # snakemake wraps the jsonschema error in a WorkflowError
         cause = error.__context__
         if not isinstance(cause, jsonschema.ValidationError):
@@ -398,23 +476,6 @@ def validate_config(config: dict[str, Any], schema: str) -> None:
         check_references(config)
     except RegistryError as error:
         raise RegistryError(f"config key {error}") from None
-
-
-TOY_OVERLAY = "profiles/local/toy.yaml"
-
-
-def load_config(root: str | Path, toy: bool) -> dict[str, Any]:
-    """``config.yaml`` of a checkout, with the toy overlay applied as the local profile applies it.
-
-    For scripts outside Snakemake (benchmarks, tests); not validated.
-    """
-    import yaml
-    from snakemake.utils import update_config
-
-    config = yaml.safe_load((Path(root) / "config.yaml").read_text())
-    if toy:
-        update_config(config, yaml.safe_load((Path(root) / TOY_OVERLAY).read_text()))
-    return config
 
 
 def toy_model_sizes(model: Mapping[str, Any]) -> dict[str, Any]:

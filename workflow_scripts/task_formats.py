@@ -1,7 +1,7 @@
 """The instruction texts models are asked with: Appendix F.3's task templates and LiveBench's own.
 
 One definition below every stage: evaluation renders its prompts from these texts
-(``evaluate.templates``), and the toy corpora (``data.toy_tasks``) phrase their instruction
+(``evaluate.templates``), and the toy corpora (``toy_tasks``) phrase their instruction
 rows with the same texts, as real instruction data phrases math, multiple-choice and code
 requests in the forms benchmarks use. Bump ``TEMPLATE_VERSION`` whenever any text changes,
 since scores can move with it.

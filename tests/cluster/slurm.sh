@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real SLURM cluster on this one machine, for tests/test_slurm_cluster.py (README: Tests).
+# A real SLURM cluster on this one machine, for tests/test_slurm_cluster.py (docs/cluster-path.md).
 #
 #   tests/cluster/slurm.sh up        # install if missing, start everything, wait for idle nodes
 #   tests/cluster/slurm.sh status    # the daemons, the nodes and the accounting association

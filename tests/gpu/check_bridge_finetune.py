@@ -11,6 +11,9 @@ every step is the product's own command line, as ``rules/train.smk`` runs it:
 3. ``train megatron-claim`` + ``train megatron-launch -- train megatron`` under the RPB
    condition, killed (SIGKILL to the whole process group) as soon as its first checkpoint is
    complete, then claimed and launched again: it must resume from that checkpoint and finish;
+   the same run in a second work folder, never interrupted: the resumed run's losses after
+   the checkpoint and its final logits must equal that run's (weights, optimizer moments,
+   schedule, RNG and data position all restored);
 4. ``train megatron-export``; the logits of the final Megatron checkpoint (Bridge's loader,
    Megatron env) against the exported HF checkpoint's (transformers, as the probes load it).
 
@@ -48,6 +51,28 @@ PRETRAIN_STEPS = 10
 #: Largest |logit difference| accepted between the Megatron model and its HF export, by precision:
 #: fp32 is the conversion's own error; bf16 weights through TE's and transformers' kernels round differently.
 LOGIT_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}
+#: Largest relative difference of a logged loss between the resumed and the uninterrupted run:
+#: fp32 on CPU is deterministic; GPU kernels (atomics in TE, all-to-all order) are not, and bf16 rounds.
+LOSS_TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One training's folders: its work folder (checkpoints), final checkpoint, record and provenance."""
+
+    work: Path
+    trained: Path
+    record: Path
+    provenance: Path
+
+    @classmethod
+    def named(cls, folder: Path, name: str) -> TrainingRun:
+        return cls(
+            folder / f"run_{name}",
+            folder / name,
+            folder / f"{name}.record.json",
+            folder / f"{name}.provenance.json",
+        )
 
 
 @dataclass
@@ -153,10 +178,10 @@ class Check:
     """The check's paths and the commands it runs, each the product's CLI as its rule runs it."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from workflow_scripts.registry import load_config, toy_model_sizes
+        from workflow_scripts.registry import load_config, shipped_config_files, toy_model_sizes
 
         self.args = args
-        config = load_config(ROOT, toy=True)
+        config = load_config(shipped_config_files(ROOT, toy=True))
         model = config["models"][MODEL]
         self.architecture = model["architecture"]
         self.spec = toy_model_sizes(model)
@@ -172,8 +197,9 @@ class Check:
         self.base, self.split = work / "base", work / "split.parquet"
         self.prior, self.prior_meta = work / "prior" / "prior.npy", work / "prior" / "meta.json"
         self.dataset, self.megatron_base = work / "dataset", work / "megatron_base"
-        self.run_dir, self.trained = work / "run", work / "trained"
-        self.record, self.exported = work / "trained.record.json", work / "exported"
+        self.resumed = TrainingRun.named(work, "trained")
+        self.uninterrupted = TrainingRun.named(work, "uninterrupted")
+        self.exported = work / "exported"
         self.logs = work / "logs"
 
     # ----------------------------------------------------------------- environments
@@ -200,7 +226,7 @@ class Check:
         return [*python, "-m", "tests.gpu.check_bridge_finetune", *argv]
 
     # ----------------------------------------------------------------- commands
-    def run_arguments(self) -> list[str]:
+    def run_arguments(self, run: TrainingRun) -> list[str]:
         """``params.run`` of rules/train.smk for this run."""
         return [
             "--hf-base",
@@ -224,7 +250,7 @@ class Check:
             "--bias-in-gate-weights",
             "true",
             "--work",
-            str(self.run_dir),
+            str(run.work),
         ]
 
     def preparation(self) -> list[tuple[str, list[str]]]:
@@ -290,10 +316,10 @@ class Check:
             ),
         ]
 
-    def claim(self) -> list[str]:
-        return self.megatron_cmd("train", "megatron-claim", *self.run_arguments(), gpu=False)
+    def claim(self, run: TrainingRun) -> list[str]:
+        return self.megatron_cmd("train", "megatron-claim", *self.run_arguments(run), gpu=False)
 
-    def launch(self) -> list[str]:
+    def launch(self, run: TrainingRun) -> list[str]:
         """``megatron-launch`` without SLURM: one ``torchrun --standalone`` on this GPU."""
         container = ["--container", self.args.container] if self.args.container else []
         launcher = [sys.executable] if self.args.container else shlex.split(self.args.megatron_python)
@@ -311,15 +337,15 @@ class Check:
             "--",
             "train",
             "megatron",
-            *self.run_arguments(),
+            *self.run_arguments(run),
             "--moe-layers",
             str(self.moe_layers),
             "--out",
-            str(self.trained),
+            str(run.trained),
             "--record",
-            str(self.record),
+            str(run.record),
             "--provenance",
-            str(self.work / "trained.provenance.json"),
+            str(run.provenance),
         ]
 
     def export(self) -> list[str]:
@@ -329,15 +355,15 @@ class Check:
             "--hf-base",
             str(self.base),
             "--megatron",
-            str(self.trained),
+            str(self.resumed.trained),
             "--out",
             str(self.exported),
             "--provenance",
             str(self.work / "exported.provenance.json"),
         )
 
-    def logits(self) -> tuple[list[str], list[str]]:
-        """(Megatron-side, HF-side) commands writing the two logits files."""
+    def logits(self) -> tuple[list[str], list[str], list[str]]:
+        """Commands writing the logits of the resumed run, its HF export and the uninterrupted run."""
         ids = str(self.work / "ids.npy")
         if self.args.container:
             megatron = ["apptainer", "exec", "--nv", self.args.container, "python"]
@@ -348,7 +374,7 @@ class Check:
                 megatron,
                 "megatron-logits",
                 str(self.base),
-                str(self.trained),
+                str(self.resumed.trained),
                 ids,
                 str(self.work / "logits_megatron.npy"),
             ),
@@ -358,6 +384,14 @@ class Check:
                 str(self.exported),
                 ids,
                 str(self.work / "logits_hf.npy"),
+            ),
+            self.module_cmd(
+                megatron,
+                "megatron-logits",
+                str(self.base),
+                str(self.uninterrupted.trained),
+                ids,
+                str(self.work / "logits_uninterrupted.npy"),
             ),
         )
 
@@ -378,20 +412,22 @@ class Check:
             return report.add(False, step, f"exit {status} after {seconds:.0f} s, see {log}\n{tail(log)}")
         return report.add(True, step, f"{seconds:.0f} s")
 
-    def launch_until(self, step: str, kill_at_first_checkpoint: bool, report: Report) -> int | None:
+    def launch_until(
+        self, step: str, run: TrainingRun, kill_at_first_checkpoint: bool, report: Report
+    ) -> int | None:
         """Claim and launch; with ``kill_at_first_checkpoint`` SIGKILL the run once a checkpoint is complete.
 
         Returns the iteration the kill followed (or 0 when the run ran to its end), None on failure.
         """
         from workflow_scripts.train.megatron.resume import latest_complete
 
-        if not self.call(f"{step} claim", self.claim(), report):
+        if not self.call(f"{step} claim", self.claim(run), report):
             return None
         log = self.logs / (slug(step) + ".log")
         start = time.monotonic()
         with log.open("w") as out:
             process = subprocess.Popen(
-                self.launch(),
+                self.launch(run),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.env(),
@@ -405,7 +441,7 @@ class Check:
                     process.wait()
                     report.add(False, step, f"no end after {self.args.timeout:.0f} s, see {log}")
                     return None
-                found = latest_complete(self.run_dir / "checkpoints") if kill_at_first_checkpoint else None
+                found = latest_complete(run.work / "checkpoints") if kill_at_first_checkpoint else None
                 if found:
                     kill_tree(process.pid)  # a preemption: launcher, torchrun and its rank at once
                     process.wait()
@@ -419,8 +455,8 @@ class Check:
                 report.add(False, step, f"{ended}\n{tail(log)}")
                 return None
             time.sleep(5)  # a rank the kill missed would go on writing
-            if self.trained.exists() or self.record.exists():
-                report.add(False, step, f"the killed run went on to write {self.trained}, see {log}")
+            if run.trained.exists() or run.record.exists():
+                report.add(False, step, f"the killed run went on to write {run.trained}, see {log}")
                 return None
             report.add(True, step, f"killed after checkpoint {killed_at} at {seconds:.0f} s; {losses(log)}")
             return killed_at
@@ -435,10 +471,11 @@ class Check:
         print(f"# work folder {self.work}; PYTHONPATH {self.env()['PYTHONPATH']}")
         for step, argv in self.preparation():
             print(f"# {step}\n{shlex.join(argv)}")
-        print(
-            f"# training, killed at its first complete checkpoint, then again to the end\n"
-            f"{shlex.join(self.claim())}\n{shlex.join(self.launch())}"
-        )
+        for run, what in (
+            (self.resumed, "killed at its first complete checkpoint, then again to the end"),
+            (self.uninterrupted, "the same run uninterrupted, in its own folders"),
+        ):
+            print(f"# training, {what}\n{shlex.join(self.claim(run))}\n{shlex.join(self.launch(run))}")
         print(f"# export\n{shlex.join(self.export())}")
         for argv in self.logits():
             print(shlex.join(argv))
@@ -451,23 +488,38 @@ class Check:
         for step, argv in self.preparation():
             if not self.call(step, argv, report):
                 return report
-        killed_at = self.launch_until("train (to be killed)", True, report)
-        if killed_at is None or self.launch_until("train (resumed)", False, report) is None:
+        killed_at = self.launch_until("train (to be killed)", self.resumed, True, report)
+        if killed_at is None or self.launch_until("train (resumed)", self.resumed, False, report) is None:
+            return report
+        if self.launch_until("train (uninterrupted)", self.uninterrupted, False, report) is None:
             return report
         steps = run_steps(self.training, ROWS)
-        record = json.loads(self.record.read_text())
+        record = json.loads(self.resumed.record.read_text())
         resumed_ok = record["steps"] == steps and record["resumed_from"][-1] == killed_at
         detail = f"record steps {record['steps']} (expected {steps}), resumed_from {record['resumed_from']}"
         report.add(resumed_ok, "resume", detail)
         if not self.call("export", self.export(), report):
             return report
-        megatron_side, hf_side = self.logits()  # the HF side writes the token ids both read
-        if self.call("hf logits", hf_side, report) and self.call("megatron logits", megatron_side, report):
-            compare(
-                np.load(self.work / "logits_megatron.npy"),
-                np.load(self.work / "logits_hf.npy"),
-                self.args.logit_tolerance,
-                report,
+        resumed_losses = logged_losses(self.logs / "train_resumed.log")
+        uninterrupted_losses = logged_losses(self.logs / "train_uninterrupted.log")
+        compare_losses(
+            resumed_losses, uninterrupted_losses, killed_at, LOSS_TOLERANCE[self.args.precision], report
+        )
+        megatron_side, hf_side, uninterrupted_side = (
+            self.logits()
+        )  # the HF side writes the token ids all read
+        if not (
+            self.call("hf logits", hf_side, report) and self.call("megatron logits", megatron_side, report)
+        ):
+            return report
+        resumed = np.load(self.work / "logits_megatron.npy")
+        compare(resumed, np.load(self.work / "logits_hf.npy"), self.args.logit_tolerance, report)
+        if self.call("uninterrupted logits", uninterrupted_side, report):
+            difference = float(np.abs(resumed - np.load(self.work / "logits_uninterrupted.npy")).max())
+            report.add(
+                difference <= self.args.logit_tolerance,
+                "resumed = uninterrupted logits",
+                f"max |resumed - uninterrupted| {difference:.3g} (tolerance {self.args.logit_tolerance:g})",
             )
         return report
 
@@ -508,12 +560,45 @@ def tail(log: Path, lines: int = 15) -> str:
 
 def losses(log: Path) -> str:
     """First and last ``lm loss`` Bridge's training log printed."""
-    import re
-
-    found = re.findall(r"lm loss: ([0-9.E+-]+)", log.read_text(errors="replace"))
+    found = list(logged_losses(log).values())
     if not found:
         return "no lm loss logged"
-    return f"lm loss {found[0]} -> {found[-1]} over {len(found)} logged iterations"
+    return f"lm loss {found[0]:.6g} -> {found[-1]:.6g} over {len(found)} logged iterations"
+
+
+def logged_losses(log: Path) -> dict[int, float]:
+    """``lm loss`` by iteration, from Bridge's log lines (``iteration  9/  24 | ... lm loss: ...``)."""
+    import re
+
+    pattern = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)")
+    return {int(i): float(v) for i, v in pattern.findall(log.read_text(errors="replace"))}
+
+
+def compare_losses(
+    resumed: dict[int, float],
+    uninterrupted: dict[int, float],
+    killed_at: int,
+    tolerance: float,
+    report: Report,
+) -> None:
+    """The resumed run's losses after its checkpoint against the uninterrupted run's, per iteration."""
+    after = sorted(i for i in resumed if i > killed_at)
+    missing = [i for i in after if i not in uninterrupted]
+    worst = max(
+        (abs(resumed[i] - uninterrupted[i]) / abs(uninterrupted[i]) for i in after if i not in missing),
+        default=None,
+    )
+    ok = bool(after) and not missing and worst is not None and worst <= tolerance
+    detail = (
+        f"iterations {after[0]}-{after[-1]}: max relative difference {worst:.3g} (tolerance {tolerance:g})"
+        if after and worst is not None
+        else f"no comparable losses after iteration {killed_at}"
+    )
+    report.add(
+        ok,
+        "resumed = uninterrupted losses",
+        detail + (f"; not logged uninterrupted: {missing}" if missing else ""),
+    )
 
 
 def probe_ids(checkpoint: Path) -> np.ndarray:

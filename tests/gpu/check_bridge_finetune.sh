@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first GPU check of the paper-scale path (README: Paper scale): Megatron-Bridge's finetune()
+# The first GPU check of the paper-scale path (docs/training.md): Megatron-Bridge's finetune()
 # under RPB on a toy Moonlight on one GPU, killed at its first checkpoint and resumed, exported to
 # HF, and the two models' logits compared; PASS/FAIL per step. About 10 minutes on one H200.
 #

@@ -24,7 +24,7 @@ FORMAT_CHOICES = ("glm_sharegpt", "openr1")
 
 
 def run_toy_raw(args: argparse.Namespace) -> None:
-    from workflow_scripts.data.toy import generate
+    from workflow_scripts.chat_sources.toy import generate
 
     write_parquet(generate(args.format, args.subset, args.rows, args.seed, args.bad_fraction), args.out)
 
@@ -38,7 +38,7 @@ def run_download(args: argparse.Namespace) -> None:
             f"data download needs the 'datasets' and 'huggingface_hub' packages ({error}); "
             "install them from envs/ or use 'data toy-raw' at toy scale"
         ) from error
-    from workflow_scripts.provenance import file_sha256
+    from workflow_scripts.records import file_sha256
 
     if args.gated and huggingface_hub.get_token() is None:
         # Checked before any hub call, so a missing token fails in one clear line, not a 401 deep in datasets.
@@ -71,10 +71,10 @@ def run_build(args: argparse.Namespace) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from workflow_scripts.chat_sources.readers import read_source
     from workflow_scripts.data.report import build_report
     from workflow_scripts.data.scoring import ScoringConfig, score_frame
     from workflow_scripts.data.selection import CorpusSpec, select
-    from workflow_scripts.data.sources import read_source
 
     if not isinstance(args.spec, dict) or not isinstance(args.scoring, dict):
         raise UserInputError("--spec and --scoring must be JSON objects")

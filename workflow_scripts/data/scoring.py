@@ -2,22 +2,11 @@
 
 ``score = length term + domain term - penalty_weight x (number of hard penalties)``
 
-No model is in the loop: every component is a capped count or a piecewise
-function of lengths, computed for all rows at once with the string kernels of
-polars (Rust's ``regex`` crate: leftmost-first, non-overlapping matches). Each
-component is one function returning a float per row; ``score_frame`` collects
-them (weighted, so that they sum to the score) into ``c_*`` columns, and the
-penalties into boolean ``p_*`` columns. Lengths are counted in characters
-(Unicode code points) after stripping Unicode White_Space.
-
-Patterns are written for that engine and mean what Python's ``re`` with
-``re.ASCII`` means: word boundaries ``(?-u:\b)`` and digits ``[0-9]`` are ASCII,
-as in the per-row reference scorer (``tests/scoring_reference.py``) that checks them.
-
-Speed (benchmarks/bench_scoring.py): the engine's literal prefilters make most
-passes cost a fraction of a full scan; the one pattern anchored at line starts,
-the structure markers, is counted after a literal newline (see
-``structure_markers``) because ``(?m)^`` disables them and measured 8x slower.
+No model is in the loop: every component is a capped count or a piecewise function of lengths
+(in Unicode code points after stripping White_Space), computed for all rows at once with polars'
+string kernels; ``score_frame`` collects them into ``c_*`` columns and the penalties into ``p_*``.
+Patterns are written for Rust's ``regex`` engine and mean what Python's ``re`` with ``re.ASCII``
+means, as in the per-row reference scorer (``tests/scoring_reference.py``) that checks them.
 """
 
 from __future__ import annotations
@@ -29,10 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.data import completions
-from workflow_scripts.data.completions import Text, series
+from workflow_scripts.chat_sources import completions
+from workflow_scripts.chat_sources.completions import Text, series
+from workflow_scripts.chat_sources.readers import text_column
 from workflow_scripts.data.config import build
-from workflow_scripts.data.sources import text_column
 from workflow_scripts.errors import UserInputError
 
 # A complete fenced block: an opening and a closing ``` (lazy, so consecutive blocks count separately).
@@ -249,6 +238,11 @@ def structure_markers(answer: Text, config: Capped) -> np.ndarray:
     Counted as the first line's marker plus the markers right after a newline: a match never
     ends in a newline, so that is STRUCTURE_LINE's count, and a literal newline lets the engine
     jump from line to line.
+
+    Speed (benchmarks/bench_scoring.py): the engine's literal prefilters make most
+    passes cost a fraction of a full scan; the one pattern anchored at line starts,
+    the structure markers, is counted after a literal newline (see
+    ``structure_markers``) because ``(?m)^`` disables them and measured 8x slower.
     """
     first = contains(answer, rf"\A{LINE_MARKER}")
     count = first + count_matches(answer, rf"\n{LINE_MARKER}")

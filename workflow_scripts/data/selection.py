@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.chat_sources.readers import text_column
 from workflow_scripts.data.config import build
 from workflow_scripts.data.scoring import DOMAINS, FENCED_BLOCK, char_length, contains
-from workflow_scripts.data.sources import text_column
 from workflow_scripts.errors import UserInputError
 
 FILTERS = ("none", "fenced_code", "no_fenced_code")

@@ -210,7 +210,7 @@ def run_score(args: argparse.Namespace) -> None:
     items = _read_items(args.items)
     generations = _read_parquet(args.generations, "--generations")
     sandbox = dict(args.limits)
-    allow_unisolated = bool(sandbox.pop("allow_unisolated", False))
+    allow_unisolated = bool(sandbox.pop("allow_unisolated"))
     max_chars = MAX_RESPONSE_CHARS if args.max_response_chars is None else args.max_response_chars
     started = time.perf_counter()
     try:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.evaluate.aggregate import avg_at_k
 from workflow_scripts.evaluate.extraction import (
     extract_choice,
     extract_code,
@@ -23,6 +22,7 @@ from workflow_scripts.evaluate.extraction import (
     strip_reasoning,
 )
 from workflow_scripts.evaluate.sandbox import Job, Limits, Outcome, require_isolation, run_all
+from workflow_scripts.score_aggregates import avg_at_k
 
 if TYPE_CHECKING:
     from workflow_scripts.evaluate.math_equivalence import MathChecker

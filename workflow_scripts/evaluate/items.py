@@ -1,25 +1,8 @@
 """Benchmark items: one schema for every benchmark, read from each source's raw hub schema.
 
-Every benchmark of §4 ends up as the same columns (``ITEM_COLUMNS``), so prompt
-rendering, generation and grading never see a source schema:
-
-- ``item_id`` (str): stable id from the source (HumanEval ``task_id``, LiveBench
-  ``question_id``), else ``"{benchmark}/{row}"`` with ``row`` the row's position
-  in the raw source (for MMLU-STEM: its position in ``cais/mmlu`` ``all``).
-- ``benchmark``, ``template`` (math | multiple_choice | code | livebench), ``grader``
-  (math | multiple_choice | humaneval | mbpp | livebench).
-- ``prompt`` (str): the problem text the template needs.
-- ``choices`` (list of str): multiple-choice options after the shuffle; empty otherwise.
-- ``answer`` (str): the gold answer (the option letter after shuffling for multiple
-  choice; ``""`` for code, whose gold is its tests).
-- ``metadata`` (str): a key-sorted JSON object with what grading needs.
-
-Multiple-choice options are shuffled once with a generator seeded from the
-evaluation's shuffle seed and the benchmark id (Appendix F.3: "shuffled once with
-seed 42 and held fixed across all conditions"); the permutation is stored with the
-item (``metadata.permutation``: new position ``i`` holds source option
-``permutation[i]``; ``metadata.source_answer``: the correct option's index in
-source order).
+Every benchmark of §4 ends up as the same columns (``ITEM_COLUMNS``), so prompt rendering,
+generation and grading never see a source schema. Multiple-choice options are shuffled once,
+reproducibly, and held fixed across conditions (Appendix F.3, ``shuffle_generator``).
 """
 
 from __future__ import annotations
@@ -38,6 +21,12 @@ import pandas as pd
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.task_formats import OPTION_LETTERS
 
+# item_id: the source's stable id (HumanEval task_id, LiveBench question_id), else
+#   "{benchmark}/{row}", row the position in the raw source (MMLU-STEM: in cais/mmlu all);
+# template: math | multiple_choice | code | livebench; grader: math | multiple_choice | humaneval |
+#   mbpp | livebench; prompt: the problem text the template needs; choices: the multiple-choice
+#   options after the shuffle, else empty; answer: the gold answer (the option letter after the
+#   shuffle; "" for code, whose gold is its tests); metadata: key-sorted JSON of what grading needs.
 ITEM_COLUMNS = ("item_id", "benchmark", "template", "grader", "prompt", "choices", "answer", "metadata")
 
 # The 19 STEM subjects of MMLU whose test rows make up MMLU-STEM (3,153 rows).
@@ -312,6 +301,11 @@ def shuffle_generator(benchmark: str, shuffle_seed: int) -> np.random.Generator:
 
     A stable digest rather than Python's salted ``hash()``, so every process and
     every condition draws the same permutations (Appendix F.3).
+
+    Options are shuffled once per item ("shuffled once with seed 42 and held fixed across all
+    conditions"); the item keeps the permutation (``metadata.permutation``: new position ``i``
+    holds source option ``permutation[i]``) and ``metadata.source_answer``, the correct option's
+    index in source order.
     """
     if isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, int) or shuffle_seed < 0:
         raise UserInputError(

@@ -1,62 +1,10 @@
 """Sandboxed execution of model-written Python programs (HumanEval, MBPP, LiveBench coding).
 
-Each program is written as a file into a fresh temporary directory and run there by this
-interpreter with ``-s -P -B``, a scrubbed environment (minimal ``PATH``, ``LANG``, ``HOME`` and
-``TMPDIR`` set to the directory, ``PYTHONHASHSEED=0``, ``PYTHONUTF8=1``), stdin fed from a file
-holding ``Job.stdin`` (so it ends there), rlimits on address space, CPU seconds, file size and open
-files and no core dumps, and stdout and stderr read concurrently up to ``Limits.output_bytes``
-each: a program that writes more is killed. The directory is removed afterwards, also after a
-kill. ``-s -P -B`` with a replaced environment is ``-I -B`` without ``-E``: ``-E`` would make the
-interpreter ignore ``PYTHONHASHSEED``, and a fixed hash seed keeps set iteration order, and so
-printed output, identical from run to run.
-
-Between the caller and the program sits a launcher (:func:`launcher_main`, this module imported by
-a bare interpreter). It reports its pid and the program's exit status over a pipe, so a program's
-exit code 137 and a death by SIGKILL stay distinct. The program starts with
-``no_new_privs`` set, so set-user-ID binaries give it nothing. The isolation is detected once per
-process (:func:`detect_isolation`), the strongest that works:
-
-``Isolation.NAMESPACES`` (root, util-linux ``unshare``): the launcher is pid 1 of new PID,
-network, mount, IPC and UTS namespaces and runs the program as its child.
-
-- When the launcher ends (the program exited, or the caller killed the launcher at the timeout)
-  the kernel kills every process left in the PID namespace, so a program that calls ``setsid()``
-  or double-forks cannot outlive it; the caller waits for that teardown before returning.
-- The network namespace has only a loopback interface, which is down: no connection to anything,
-  including the host's 127.0.0.1 and abstract unix sockets.
-- ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock`` and the program's directory are private
-  tmpfs mounts of ``Limits.file_size_mb`` each: writes there vanish with the namespace and cannot
-  fill a disk. The IPC namespace drops System V shared memory with it.
-- The program runs as an unprivileged uid, distinct per concurrent worker slot of this process
-  (``2**31 + (pid << 8) + slot``, a range no system allocates). File permissions then stop
-  writes and deletes anywhere else, signals cannot reach the caller, and ``RLIMIT_NPROC`` (which
-  does not bind root, and counts per uid) bounds the program's processes and threads. A cgroup
-  ``pids`` limit was the alternative; it needs a writable, delegated cgroup hierarchy (two
-  incompatible versions) and a cgroup to create and remove per run, and it gives no file-system
-  protection, so the uid was chosen.
-  Interpreter directories under a directory that other users cannot enter (pyenv under
-  ``/root``) are bind-mounted read-only into a tmpfs over that directory, which hides the rest.
-
-``Isolation.USER_NAMESPACES`` (any other user, util-linux ``unshare``, unprivileged user
-namespaces, Linux >= 5.14): the same namespaces and launcher inside a new user namespace in which
-the caller is mapped to root, so the launcher may mount but the program keeps the caller's uid on
-the host. File permissions protect nothing then, so the launcher makes every mount read-only
-(``mount_setattr``), mounts a fresh ``/proc`` (only the namespace's processes) and a ``/dev``
-holding only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty``, and hides ``/run``
-(the user's bus, agent and daemon sockets) and the caller's home under tmpfs; the private tmpfs
-mounts, interpreter exposure and teardown are those above. The program runs as uid 0 of the
-namespace with an empty capability bounding set, so it holds no capability. The process cap is
-explained in :func:`rlimits`.
-
-Memory is bounded per process (RLIMIT_AS), so one program may hold up to ``Limits.processes``
-times ``Limits.memory_mb``; only a cgroup memory limit would bound the sum.
-
-``Isolation.PROCESS_GROUP`` (anything else, announced by one ``RuntimeWarning``): a new session
-whose process group is SIGKILLed at the timeout, and the rlimits except the process count.
-:func:`require_isolation` refuses it unless the caller allows running unisolated.
-
-A failure of the sandbox itself raises :class:`SandboxError` rather than being scored as a
-failed program. Linux only (namespaces, ``/proc``, ``prctl``).
+Each program runs in a fresh temporary directory under rlimits, a scrubbed environment and a
+fixed hash seed (so printed output is identical from run to run), through a launcher that keeps
+it from outliving its timeout, reaching the network or writing outside its directory; how
+strongly depends on what the host allows (``Isolation``). A failure of the sandbox itself raises
+``SandboxError`` rather than being scored as a failed program. Linux only.
 """
 
 from __future__ import annotations
@@ -201,7 +149,53 @@ class Outcome:
 
 
 class Isolation(enum.Enum):
-    """How strongly programs are isolated (module docstring)."""
+    """How strongly programs are isolated: the strongest that works (``detect_isolation``).
+
+    Between the caller and the program sits a launcher (:func:`launcher_main`, this module imported by
+    a bare interpreter). It reports its pid and the program's exit status over a pipe, so a program's
+    exit code 137 and a death by SIGKILL stay distinct. The program starts with
+    ``no_new_privs`` set, so set-user-ID binaries give it nothing. The isolation is detected once per
+    process (:func:`detect_isolation`), the strongest that works:
+
+    ``Isolation.NAMESPACES`` (root, util-linux ``unshare``): the launcher is pid 1 of new PID,
+    network, mount, IPC and UTS namespaces and runs the program as its child.
+
+    - When the launcher ends (the program exited, or the caller killed the launcher at the timeout)
+      the kernel kills every process left in the PID namespace, so a program that calls ``setsid()``
+      or double-forks cannot outlive it; the caller waits for that teardown before returning.
+    - The network namespace has only a loopback interface, which is down: no connection to anything,
+      including the host's 127.0.0.1 and abstract unix sockets.
+    - ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock`` and the program's directory are private
+      tmpfs mounts of ``Limits.file_size_mb`` each: writes there vanish with the namespace and cannot
+      fill a disk. The IPC namespace drops System V shared memory with it.
+    - The program runs as an unprivileged uid, distinct per concurrent worker slot of this process
+      (``2**31 + (pid << 8) + slot``, a range no system allocates). File permissions then stop
+      writes and deletes anywhere else, signals cannot reach the caller, and ``RLIMIT_NPROC`` (which
+      does not bind root, and counts per uid) bounds the program's processes and threads. A cgroup
+      ``pids`` limit was the alternative; it needs a writable, delegated cgroup hierarchy (two
+      incompatible versions) and a cgroup to create and remove per run, and it gives no file-system
+      protection, so the uid was chosen.
+      Interpreter directories under a directory that other users cannot enter (pyenv under
+      ``/root``) are bind-mounted read-only into a tmpfs over that directory, which hides the rest.
+
+    ``Isolation.USER_NAMESPACES`` (any other user, util-linux ``unshare``, unprivileged user
+    namespaces, Linux >= 5.14): the same namespaces and launcher inside a new user namespace in which
+    the caller is mapped to root, so the launcher may mount but the program keeps the caller's uid on
+    the host. File permissions protect nothing then, so the launcher makes every mount read-only
+    (``mount_setattr``), mounts a fresh ``/proc`` (only the namespace's processes) and a ``/dev``
+    holding only ``null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty``, and hides ``/run``
+    (the user's bus, agent and daemon sockets) and the caller's home under tmpfs; the private tmpfs
+    mounts, interpreter exposure and teardown are those above. The program runs as uid 0 of the
+    namespace with an empty capability bounding set, so it holds no capability. The process cap is
+    explained in :func:`rlimits`.
+
+    Memory is bounded per process (RLIMIT_AS), so one program may hold up to ``Limits.processes``
+    times ``Limits.memory_mb``; only a cgroup memory limit would bound the sum.
+
+    ``Isolation.PROCESS_GROUP`` (anything else, announced by one ``RuntimeWarning``): a new session
+    whose process group is SIGKILLed at the timeout, and the rlimits except the process count.
+    :func:`require_isolation` refuses it unless the caller allows running unisolated.
+    """
 
     NAMESPACES = "namespaces"
     USER_NAMESPACES = "user_namespaces"
@@ -352,7 +346,12 @@ def _execute(job: Job, limits: Limits, isolation: Isolation) -> Outcome:
 
 
 def program_argv(workdir: str) -> list[str]:
-    """The program's command line: this interpreter, isolated but honouring PYTHONHASHSEED."""
+    """The program's command line: this interpreter, isolated but honouring PYTHONHASHSEED.
+
+    ``-s -P -B`` with a replaced environment is ``-I -B`` without ``-E``: ``-E`` would make the
+    interpreter ignore ``PYTHONHASHSEED``, and a fixed hash seed keeps set iteration order, and so
+    printed output, identical from run to run.
+    """
     return [sys.executable, "-s", "-P", "-B", os.path.join(workdir, PROGRAM_NAME)]
 
 

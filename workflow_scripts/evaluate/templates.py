@@ -1,20 +1,8 @@
 """The four task-type prompt templates of Appendix F.3, as data, and their rendering to chat messages.
 
-Prompts are zero-shot and built from one template per task family, not per
-benchmark, so every condition sees the same instruction for a family:
-
-- math (GSM8K, MATH-500): a system turn asking for step-by-step reasoning and a
-  user turn restating the problem and asking for the final answer in ``\\boxed{}``;
-- multiple_choice (MMLU, MMLU-STEM, MMLU-Pro, GPQA, GPQA-Diamond): brief reasoning,
-  then a final line ``Answer: X`` naming the option letter;
-- code (HumanEval, MBPP): the complete solution in one fenced python block;
-  HumanEval gives the signature to complete, MBPP the task and the tests it must pass;
-- livebench: the question's own text as a bare user turn, no system preamble (its
-  answer-format instructions are inside the question, as in the official protocol).
-
-The messages are plain ``{"role", "content"}`` turns; the model's chat template is
-applied later by the generation backend. The texts live in ``workflow_scripts.task_formats``
-(with ``TEMPLATE_VERSION``), which the toy corpora phrase their instruction rows with too.
+Prompts are zero-shot, one template per task family rather than per benchmark, so every
+condition sees the same instruction for a family (``render``). The texts live in
+``workflow_scripts.task_formats`` (with ``TEMPLATE_VERSION``), which the toy corpora use too.
 """
 
 from __future__ import annotations
@@ -98,7 +86,22 @@ def _fields(item: Mapping[str, Any]) -> dict[str, str]:
 
 
 def render(item: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Chat messages for one item (a row of ``ITEM_COLUMNS``) under its task-type template (F.3)."""
+    """Chat messages for one item (a row of ``ITEM_COLUMNS``) under its task-type template (F.3).
+
+    One template per task family, not per benchmark:
+
+    - math (GSM8K, MATH-500): a system turn asking for step-by-step reasoning and a
+      user turn restating the problem and asking for the final answer in ``\boxed{}``;
+    - multiple_choice (MMLU, MMLU-STEM, MMLU-Pro, GPQA, GPQA-Diamond): brief reasoning,
+      then a final line ``Answer: X`` naming the option letter;
+    - code (HumanEval, MBPP): the complete solution in one fenced python block;
+      HumanEval gives the signature to complete, MBPP the task and the tests it must pass;
+    - livebench: the question's own text as a bare user turn, no system preamble (its
+      answer-format instructions are inside the question, as in the official protocol).
+
+    The messages are plain ``{"role", "content"}`` turns; the generation backend applies the
+    model's chat template later.
+    """
     if item["template"] not in TEMPLATES:
         raise UserInputError(
             f"item {item['item_id']}: unknown template '{item['template']}'; known: {sorted(TEMPLATES)}"

@@ -1,4 +1,4 @@
-"""Toy benchmarks: the toy task families (``data.toy_tasks``) asked in each benchmark's raw hub schema.
+"""Toy benchmarks: the toy task families (``toy_tasks``) asked in each benchmark's raw hub schema.
 
 A toy model can never answer a real GSM8K or MMLU question, so at toy scale every benchmark
 asks the five families the toy corpora teach (drawn with another seed), written as raw rows
@@ -23,7 +23,10 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.data.toy_tasks import (
+from workflow_scripts.errors import UserInputError
+from workflow_scripts.evaluate.fixtures import read_fixture
+from workflow_scripts.evaluate.items import SCHEMAS
+from workflow_scripts.toy_tasks import (
     Choice,
     Function,
     StdinProgram,
@@ -36,9 +39,6 @@ from workflow_scripts.data.toy_tasks import (
     draw_sum,
     draw_truth_chain,
 )
-from workflow_scripts.errors import UserInputError
-from workflow_scripts.evaluate.fixtures import read_fixture
-from workflow_scripts.evaluate.items import SCHEMAS
 
 Task = Sum | Choice | Function | StdinProgram | TruthChain
 Row = dict[str, Any]

@@ -1,10 +1,12 @@
-"""Local model backend: byte-level BPE tokenizer and tiny MoE checkpoints of the three router families.
+"""Local model backend: tokenizer, tiny MoE checkpoints of the three router families, training loop.
 
 Below the stages because priors, training, probing and evaluation all load checkpoints and label
-Q/A spans, while the ``models`` stage itself pretrains a toy base with the training loop.
+Q/A spans, and both the ``models`` stage (toy-base pretraining) and the ``train`` stage
+(post-training) run the same loop. Submodules are imported explicitly; they import torch.
 
-* ``workflow_scripts.modeling.tokenizer``: ``train_tokenizer`` (byte-level BPE with special
-  tokens and a chat template) and ``answer_span_mask`` (Q/A span label per token).
-* ``workflow_scripts.modeling.toy``: ``ToyModelSpec``, ``toy_config``, ``build_toy_model``,
-  ``moe_layer_indices``, ``router_modules``, ``save_toy_base``, ``load_local``.
+* ``tokenizer``: byte-level BPE with a chat template, and the Q/A span label of each token.
+* ``toy``: ``ToyModelSpec``, ``build_toy_model``, ``save_toy_base``, ``load_local``.
+* ``batches``, ``objective``, ``loop``, ``checkpoint``, ``run_key``: encoded rows, what a
+  registry condition adds to cross-entropy (both backends), the optimisation loop, and its
+  resumable checkpoints bound to the run's key.
 """

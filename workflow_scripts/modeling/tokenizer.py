@@ -1,24 +1,10 @@
-"""Byte-level BPE tokenizer for the toy models, trained offline on local text.
+"""Byte-level BPE tokenizer for the toy models, trained offline on local text, and Q/A span labels.
 
-``train_tokenizer`` trains a byte-level BPE with the ``tokenizers`` library and wraps it
-as a ``transformers.PreTrainedTokenizerFast`` with bos/eos/pad set and a Jinja chat
-template, so the toy checkpoints load with ``AutoTokenizer`` and ``apply_chat_template``
-like the paper's models.
-
-Chat format (``CHAT_TEMPLATE``)::
-
-    <|bos|><|system|>{system}<|eos|><|user|>{prompt}<|eos|><|assistant|>{answer}<|eos|>
-
-Every turn is its role token, the message content verbatim (no stripping, no added
-whitespace) and ``<|eos|>``; ``add_generation_prompt=True`` appends ``<|assistant|>``.
-Content is therefore delimited by special tokens only, which is what makes the span labels
-of ``answer_span_mask`` exact.
-
-``answer_span_mask`` labels the tokens of a rendered (prompt, answer) pair with the span
-convention of ``workflow_scripts.routing``: ``0`` (Q), ``1`` (A), ``-1`` (no span).
-
-torch and transformers are imported inside the functions that need them, so importing this
-module is cheap.
+``train_tokenizer`` wraps a ``tokenizers`` BPE as a ``PreTrainedTokenizerFast`` with a chat
+template, so toy checkpoints load like the paper's models; message content is delimited by
+special tokens only, which makes ``answer_span_mask``'s labels exact: ``0`` (Q), ``1`` (A),
+``-1`` (no span), the convention of ``workflow_scripts.routing``. torch and transformers are
+imported inside functions, so importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -65,6 +51,15 @@ def train_tokenizer(
     model_max_length: int = 4096,
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on ``texts`` and wrap it with special tokens and a chat template.
+
+    Chat format (``CHAT_TEMPLATE``)::
+
+        <|bos|><|system|>{system}<|eos|><|user|>{prompt}<|eos|><|assistant|>{answer}<|eos|>
+
+    Every turn is its role token, the message content verbatim (no stripping, no added
+    whitespace) and ``<|eos|>``; ``add_generation_prompt=True`` appends ``<|assistant|>``.
+    Content is therefore delimited by special tokens only, which is what makes the span labels
+    of ``answer_span_mask`` exact.
 
     Args:
         texts: training corpus (any iterable of strings; consumed once).
@@ -201,7 +196,7 @@ def generation_template(tokenizer: PreTrainedTokenizerFast) -> str:
     """The tokenizer's chat template for one ``[user, assistant]`` row, with a ``{% generation %}`` block.
 
     Megatron-Bridge's assistant-only loss mask follows a generation block. The block holds
-    what the local backend trains on (``train.batches.labels_for``): the answer and the one
+    what the local backend trains on (``modeling.batches.labels_for``): the answer and the one
     token that closes its turn (DeepSeek-V2: eos; Moonlight: ``<|im_end|>``; Qwen3:
     ``<|im_end|>``, not the newline after it, nor the empty think block before the answer).
     The template is cut, by rendering it, into the literal text before the prompt, between

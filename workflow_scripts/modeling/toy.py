@@ -2,26 +2,11 @@
 
 The paper post-trains Moonlight-16B-A3B (``deepseek_v3``: sigmoid scoring, bias-corrected
 aux-loss-free top-k), DeepSeek-V2-Lite (``deepseek_v2``: softmax, greedy top-k) and
-Qwen3-30B-A3B-Base (``qwen3_moe``: softmax, renormalised top-k). The toy backend keeps
-each family's transformers implementation (config class, router class, state-dict layout)
-and shrinks the sizes to a ``ToyModelSpec``.
-
-* ``toy_config`` builds the transformers config of one architecture from a spec, with
-  the legacy keys vLLM reads when it serves such a checkpoint (``LEGACY_VLLM_KEYS``).
-* ``build_toy_model`` initialises a ``*ForCausalLM`` from that config under
-  ``torch.manual_seed(seed)``: same seed, same weights.
-* ``moe_layer_indices`` / ``router_modules`` find the MoE layers and their gates
-  (``model.model.layers[i].mlp.gate``); ``ROUTER_CLASS_NAMES`` names the gate class.
-* ``save_toy_base`` writes model and tokenizer with ``save_pretrained`` into a temporary
-  sibling directory and renames it into place; ``load_local`` reads it back offline.
-
-The first ``spec.first_dense_layers`` layers use a dense MLP in every family
-(``first_k_dense_replace`` for DeepSeek, ``mlp_only_layers`` for Qwen3-MoE, whose
-``decoder_sparse_step`` stays 1). Qwen3-MoE has no shared experts, so
-``spec.shared_experts`` applies to the two DeepSeek families only.
-
-torch and transformers are imported inside the functions that need them: importing this
-module (e.g. for ``ToyModelSpec``) is cheap.
+Qwen3-30B-A3B-Base (``qwen3_moe``: softmax, renormalised top-k). The toy backend keeps each
+family's transformers implementation (config class, router class, state-dict layout) and
+shrinks the sizes to a ``ToyModelSpec``; saved configs carry the legacy keys vLLM reads
+(``legacy_vllm_keys``). torch and transformers are imported inside functions, so importing
+this module is cheap.
 """
 
 from __future__ import annotations
@@ -61,6 +46,11 @@ DEFAULT_ROUTED_SCALING: dict[str, float] = {"deepseek_v3": 2.5, "deepseek_v2": 1
 @dataclass(frozen=True)
 class ToyModelSpec:
     """Sizes of a toy MoE model; the defaults are the test-scale model.
+
+    The first ``spec.first_dense_layers`` layers use a dense MLP in every family
+    (``first_k_dense_replace`` for DeepSeek, ``mlp_only_layers`` for Qwen3-MoE, whose
+    ``decoder_sparse_step`` stays 1). Qwen3-MoE has no shared experts, so
+    ``spec.shared_experts`` applies to the two DeepSeek families only.
 
     Attributes:
         hidden_size: model width.

@@ -1,5 +1,5 @@
 """The ``models`` stage: base checkpoints, pinned hub downloads or toy bases pretrained here.
 
-It sits above ``train`` because a toy base is pretrained briefly with the training loop; the
-tokenizer and checkpoint code every stage shares lives below, in :mod:`workflow_scripts.modeling`.
+A toy base is pretrained briefly with the same loop post-training uses; that loop, the
+tokenizer and the checkpoint code live below the stages, in :mod:`workflow_scripts.modeling`.
 """

@@ -28,7 +28,7 @@ def run_download(args: argparse.Namespace) -> None:
         raise UserInputError(
             f"models download needs 'huggingface_hub' ({error}); install envs/data.yaml"
         ) from error
-    from workflow_scripts.provenance import path_digest
+    from workflow_scripts.records import path_digest
 
     sha = huggingface_hub.HfApi().model_info(args.repo, revision=args.revision).sha
     target = Path(args.out)
@@ -56,13 +56,13 @@ def run_toy_base(args: argparse.Namespace) -> None:
     """Build a toy base, pretrain it briefly with load balancing, report its routing structure."""
     import torch
 
+    from workflow_scripts.modeling.batches import encode_rows
+    from workflow_scripts.modeling.loop import TrainConfig, train
+    from workflow_scripts.modeling.objective import Objective
     from workflow_scripts.modeling.tokenizer import train_tokenizer
     from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_toy_base
     from workflow_scripts.models.pretrain_corpus import split_report_rows, synthetic_rows
     from workflow_scripts.models.routing_report import routing_structure, selected_experts
-    from workflow_scripts.train.batches import encode_rows
-    from workflow_scripts.train.loop import TrainConfig, train
-    from workflow_scripts.train.objective import Objective
 
     settings = args.pretrain
     try:

@@ -20,9 +20,9 @@ REPORT_DOMAINS = ("math", "code", "general")
 
 def synthetic_rows(rows_per_subset: Mapping[str, int], seed: int) -> pd.DataFrame:
     """(prompt, answer, domain) rows from the toy generator's GLM-format subsets."""
-    from workflow_scripts.data.completions import final_completion
-    from workflow_scripts.data.sources import read_source
-    from workflow_scripts.data.toy import generate
+    from workflow_scripts.chat_sources.completions import final_completion
+    from workflow_scripts.chat_sources.readers import read_source
+    from workflow_scripts.chat_sources.toy import generate
 
     frames = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,8 +45,9 @@ def run_compute(args: argparse.Namespace) -> None:
     """Frozen-base pass over the split: prior .npy, its meta.json and its statistics."""
     import torch
 
+    from workflow_scripts.file_formats.prior import load_prior
     from workflow_scripts.modeling.toy import load_local
-    from workflow_scripts.priors.compute import compute_prior, load_prior, prior_meta
+    from workflow_scripts.priors.compute import compute_prior, prior_meta
     from workflow_scripts.priors.stats import prior_stats
 
     if args.batch_size <= 0 or args.max_length <= 0:
@@ -88,14 +89,14 @@ def run_shuffle(args: argparse.Namespace) -> None:
     """Within-community and global shuffles of a prior, and their prior-side validation (Appendix E, B.2)."""
     import numpy as np
 
-    from workflow_scripts.priors.compute import load_prior
+    from workflow_scripts.file_formats.prior import load_prior
     from workflow_scripts.priors.shuffle import (
         apply_permutations,
         global_permutations,
         within_community_permutations,
     )
     from workflow_scripts.priors.validation import prior_side_strength, within_shuffle_community_check
-    from workflow_scripts.provenance import path_digest
+    from workflow_scripts.records import path_digest
 
     prior = load_prior(args.prior)
     partition = np.asarray(json.loads(Path(args.partition).read_text())["labels"])

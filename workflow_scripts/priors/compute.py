@@ -4,41 +4,14 @@ For every row ``x`` of a split, span ``s`` (0 = Q, 1 = A), MoE layer ``l`` and e
 
     pi[x, s, l, e] = mean over the tokens t of span s of x of  softmax_e(z_base[t, l])
 
-where ``z_base`` are the frozen base router's logits. The gate is the SOFTMAX of the logits
-for every architecture, also for the sigmoid-scored DeepSeek-V3 router (the paper's
-``p_base`` is the softmax gate); it is computed in float32.
-
-Spans are those of ``workflow_scripts.models.answer_span_mask``: each (prompt, answer) row is
-rendered through the tokenizer's chat template as ``[user: prompt, assistant: answer]``; Q
-tokens are the prompt's tokens, A tokens the answer's; template and special tokens belong to
-neither span and are left out. Rows are cut to their first ``max_length`` tokens, exactly as
-training cuts them (``workflow_scripts.train.batches.encode_rows``), so the prior describes
-the tokens the model is trained on.
-
-Empty spans: a span with no tokens (an empty prompt, or an answer truncated away by
-``max_length``) has no base routing to average. Its row is the uniform distribution ``1/E``
-(whose eq. (3) bias is exactly zero: such a span gets no prior bias), and its token count is
-0; ``prior_meta`` records every row's Q/A token counts and how many spans are empty, so this
-is visible.
-
-Layer axis: ``L`` indexes the MoE layers in ascending decoder-layer order
-(``moe_layer_indices``), which is the order of the model's ``router_logits`` outputs and of
-``workflow_scripts.routing.hf.find_gates``.
-
-Output: a float32 ``.npy`` of shape ``(N, 2, L, E)`` whose row ``i`` is the split's row ``i``,
-written batch by batch into a memory-mapped temporary file (memory use does not grow with
-``N``) and moved into place when complete.
-
-Integrity: ``meta.json`` records the sha256 of the ``.npy`` it describes (``prior``), and the
-shuffle of ``workflow_scripts.priors.shuffle`` records the sha256 of its source prior and of
-each shuffled file (``files`` of ``prior_validation.json``). ``check_prior_file`` refuses a
-prior whose bytes are not the ones recorded, so a prior edited or replaced after its meta
-was written cannot be trained on.
+The gate is the SOFTMAX of the frozen base router's logits for every architecture, also for
+the sigmoid-scored DeepSeek-V3 router (the paper's ``p_base``), in float32. Rows are span-labelled
+and cut exactly as training cuts them, so the prior describes the tokens the model is trained on.
+How a reader checks and opens a prior is :mod:`workflow_scripts.file_formats.prior`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import tempfile
@@ -50,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workflow_scripts.atomic import atomic_path
-from workflow_scripts.errors import UserInputError
+from workflow_scripts.file_formats.prior import template_sha256
 
 if TYPE_CHECKING:
     import torch
@@ -70,7 +43,11 @@ def span_means(probs: torch.Tensor, span_ids: torch.Tensor) -> tuple[torch.Tenso
     negative span id (template, special, padding) take part in neither span; their
     probabilities are zeroed first, so padding cannot leak in even if it holds NaNs.
 
-    A span without tokens gets the uniform row ``1/E`` and count 0 (see the module notes).
+    Empty spans: a span with no tokens (an empty prompt, or an answer truncated away by
+    ``max_length``) has no base routing to average. Its row is the uniform distribution ``1/E``
+    (whose eq. (3) bias is exactly zero: such a span gets no prior bias), and its token count is
+    0; ``prior_meta`` records every row's Q/A token counts and how many spans are empty, so this
+    is visible.
 
     Args:
         probs: per-token router probabilities, ``(B, T, L, E)``, floating point.
@@ -159,6 +136,14 @@ def compute_prior(
     go to a temporary flat int32/int8 file pair next to ``out_path`` (5 bytes per kept token,
     memory-mapped, removed afterwards), so no encoded split is held in memory; only the
     ``(N,)`` lengths and start offsets are.
+
+    Layer axis: ``L`` indexes the MoE layers in ascending decoder-layer order
+    (``moe_layer_indices``), which is the order of the model's ``router_logits`` outputs and of
+    ``workflow_scripts.routing.hf.find_gates``.
+
+    Output: a float32 ``.npy`` of shape ``(N, 2, L, E)`` whose row ``i`` is the split's row ``i``,
+    written batch by batch into a memory-mapped temporary file (memory use does not grow with
+    ``N``) and moved into place when complete.
 
     Args:
         model: a transformers MoE ``*ForCausalLM`` (the frozen base).
@@ -262,13 +247,6 @@ def compute_prior(
     }
 
 
-def template_sha256(chat_template: str | None) -> str | None:
-    """SHA-256 of a chat template's text (``None`` for a tokenizer without one)."""
-    if chat_template is None:
-        return None
-    return hashlib.sha256(chat_template.encode("utf-8")).hexdigest()
-
-
 def _summary(values: np.ndarray) -> dict[str, Any]:
     return {
         "min": int(values.min()),
@@ -314,7 +292,7 @@ def prior_meta(
         architecture: the model's ``model_type`` (informational).
         prior_path: the finished ``.npy``, checksummed here (``check_prior_file`` compares).
     """
-    from workflow_scripts.provenance import path_digest
+    from workflow_scripts.records import path_digest
 
     counts = np.asarray(result["token_counts"])
     if len(row_ids) != counts.shape[0]:
@@ -345,131 +323,6 @@ def prior_meta(
     if prior_path is not None:
         meta["prior"] = path_digest(prior_path)
     return meta
-
-
-#: ``prior_validation.json["files"]`` key of each shuffled prior kind (the registry's ``prior``).
-SHUFFLE_SCOPES = {"shuffled_within": "within", "shuffled_global": "global"}
-
-
-def check_prior_file(
-    meta: Mapping[str, Any],
-    prior_path: str | os.PathLike[str],
-    kind: str | None = None,
-    shuffle_record: Mapping[str, Any] | None = None,
-) -> str:
-    """Raise ``UserInputError`` unless ``prior_path`` holds exactly the bytes its records name.
-
-    The base prior must have the sha256 that ``meta["prior"]`` recorded when it was written.
-    A shuffled prior (``kind`` ``shuffled_within`` / ``shuffled_global``, or any prior that is
-    not the base one when ``kind`` is ``None``) must have the sha256 that the shuffle recorded
-    for it in ``shuffle_record["files"]`` (``prior_validation.json``), and that record's
-    ``source`` must be this meta's prior, so the chain split/model/template -> prior ->
-    shuffled prior is closed. Checksums, not paths, are compared (moved files still match).
-
-    Returns:
-        The kind the file was recognised as: ``"base"``, ``"shuffled_within"`` or
-        ``"shuffled_global"``.
-    """
-    from workflow_scripts.provenance import file_sha256
-
-    recorded = (meta.get("prior") or {}).get("sha256")
-    if recorded is None:
-        raise UserInputError(
-            f"prior meta.json lacks the checksum of the prior file ('prior.sha256'); recompute the "
-            f"prior ({prior_path})"
-        )
-    actual = file_sha256(Path(prior_path))
-    if kind not in (None, "base", *SHUFFLE_SCOPES):
-        raise UserInputError(f"unknown prior kind {kind!r}; known: base, {', '.join(SHUFFLE_SCOPES)}")
-    if kind in (None, "base") and actual == recorded:
-        return "base"
-    if kind == "base":
-        raise UserInputError(
-            f"prior file {prior_path} has sha256 {actual}, but its meta.json records sha256 {recorded} "
-            f"({meta['prior'].get('path')}): the file was modified or replaced after the meta was "
-            "written; recompute the prior"
-        )
-    if shuffle_record is None:
-        raise UserInputError(
-            f"prior file {prior_path} (sha256 {actual}) is not the prior its meta.json records "
-            f"(sha256 {recorded}) and no shuffle record (prior_validation.json) names it: a shuffled "
-            "prior needs the record of its shuffle, any other file was modified after its meta was written"
-        )
-    files = shuffle_record.get("files") or {}
-    source = (files.get("source") or {}).get("sha256")
-    if source != recorded:
-        raise UserInputError(
-            f"the shuffle record was made from a prior with sha256 {source}, not the prior of this "
-            f"meta.json (sha256 {recorded}); rerun the shuffle"
-        )
-    scopes = {kind: SHUFFLE_SCOPES[kind]} if kind is not None else SHUFFLE_SCOPES
-    for name, scope in scopes.items():
-        if (files.get(scope) or {}).get("sha256") == actual:
-            return name
-    expected = {scope: (files.get(scope) or {}).get("sha256") for scope in scopes.values()}
-    raise UserInputError(
-        f"prior file {prior_path} has sha256 {actual}, but the shuffle record names {expected}: the "
-        "file was modified or replaced after the shuffle wrote it; rerun the shuffle"
-    )
-
-
-def check_prior_matches(
-    meta: Mapping[str, Any],
-    split_path: str | os.PathLike[str],
-    model_dir: str | os.PathLike[str],
-    chat_template: str | None,
-    split_sha256: str | None = None,
-    model_sha256: str | None = None,
-) -> None:
-    """Raise ``UserInputError`` unless a prior's meta matches this split, model and chat template.
-
-    Compares checksums (not paths, so moved files still match): the split parquet's
-    sha256, the model directory's ``path_digest`` sha256 and the chat template's sha256.
-    The message names every input that differs. ``split_sha256``/``model_sha256``: those
-    checksums when the caller has taken them already (a model directory is tens of GB).
-    """
-    from workflow_scripts.provenance import file_sha256, path_digest
-
-    missing = [k for k in ("split", "model", "chat_template_sha256") if k not in meta]
-    if missing:
-        raise UserInputError(f"prior meta.json lacks {missing}; recompute the prior")
-    recorded_split = meta["split"].get("sha256")
-    recorded_model = meta["model"].get("sha256")
-    differences = []
-    split_sha = split_sha256 or file_sha256(Path(split_path))
-    if split_sha != recorded_split:
-        differences.append(
-            f"split (prior built from {meta['split'].get('path')} sha256 {recorded_split}, "
-            f"given {split_path} sha256 {split_sha})"
-        )
-    model_sha = model_sha256 or path_digest(model_dir).get("sha256")
-    if model_sha != recorded_model:
-        differences.append(
-            f"model (prior built from {meta['model'].get('path')} sha256 {recorded_model}, "
-            f"given {model_dir} sha256 {model_sha})"
-        )
-    template_sha = template_sha256(chat_template)
-    if template_sha != meta["chat_template_sha256"]:
-        differences.append(
-            f"chat template (prior built with sha256 {meta['chat_template_sha256']}, given {template_sha})"
-        )
-    if differences:
-        raise UserInputError("the prior does not belong to this run: " + "; ".join(differences))
-
-
-def load_prior(path: str | os.PathLike[str]) -> np.memmap:
-    """Open a prior ``.npy`` read-only, memory-mapped; checks it is ``(N, 2, L, E)``.
-
-    ``open_memmap`` reads only the ``.npy`` format (``np.load`` would unpickle or open a
-    zip); a file it cannot map (bad header, truncated data) is an error naming it.
-    """
-    try:
-        prior = np.lib.format.open_memmap(path, mode="r")
-    except (OSError, ValueError) as error:
-        raise UserInputError(f"{path}: not a readable prior .npy ({error})") from error
-    if prior.ndim != 4 or prior.shape[1] != 2:
-        raise UserInputError(f"{path}: expected a prior of shape (N, 2, L, E), got {prior.shape}")
-    return prior
 
 
 def gather_rows(prior: np.ndarray, positions: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -1,24 +1,12 @@
-"""Expert-identity shuffles of a routing prior: the within-community and global controls.
+"""Expert-identity shuffles of a routing prior: the within-community and global controls (§5.2.2, App. E).
 
-Implements the shuffle scopes of §5.2.2 and Appendix E of the paper. A shuffle is one
-permutation of the E expert ids per MoE layer, shape ``(L, E)``:
-
-* within-community: every expert is mapped to an expert of its own base community (a
-  uniformly random permutation inside each community; a singleton maps to itself), so a
-  prior that routes mass to community C still routes it inside C;
-* global: a uniformly random permutation of all E experts, which scrambles community
-  membership and within-community identity at once.
-
-Convention (used by ``apply_permutations`` and everything downstream)::
+A shuffle is one permutation of the ``E`` expert ids per MoE layer, ``(L, E)``: within-community
+maps every expert to one of its own base community (a prior's mass on community C stays in C),
+global scrambles all ``E``. Everything downstream uses one convention::
 
     shuffled[n, s, l, e] = prior[n, s, l, perms[l, e]]
 
-i.e. expert ``e`` receives the prior mass of expert ``perms[l, e]``. Permuting within a
-(sample, span, layer) row keeps the row's multiset of values, so rows still sum to one.
-
-Randomness: layer ``l`` of a draw with seed ``seed`` uses
-``numpy.random.Generator(PCG64([seed, l]))``, so each layer is reproducible on its own and
-independent of the number of layers and of the other layers' draws.
+so rows keep their multiset of values and still sum to one.
 """
 
 from __future__ import annotations
@@ -44,7 +32,12 @@ DEFAULT_CHUNK_ROWS = 1024
 
 
 def _layer_rng(seed: int, layer: int) -> np.random.Generator:
-    """The generator of one layer's draw: ``PCG64([seed, layer])``."""
+    """The generator of one layer's draw: ``PCG64([seed, layer])``.
+
+    Layer ``l`` of a draw with seed ``seed`` uses
+    ``numpy.random.Generator(PCG64([seed, l]))``, so each layer is reproducible on its own and
+    independent of the number of layers and of the other layers' draws.
+    """
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
     return np.random.Generator(np.random.PCG64([int(seed), int(layer)]))

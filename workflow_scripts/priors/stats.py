@@ -1,20 +1,8 @@
 """Statistics of a prior tensor (Appendix F.7 and the clamp column of Table 13 of the paper).
 
-All four are computed over every (row, span, layer) cell of an ``N x 2 x L x E`` prior, in
-chunks of rows so memory does not grow with ``N``:
-
-* ``bias_sd``: the standard deviation over experts (population, ``ddof=0``) of the
-  zero-mean log-prior bias ``b`` of eq. (3) of each cell, averaged over cells (the
-  "per-row bias standard deviation", 0.616 / 0.654 in F.7);
-* ``bias_range``: ``max_e b - min_e b`` per cell, averaged over cells (~3.03 in F.7);
-* ``clamp_upper_fraction``: share of entries with ``pi >= C/E``, i.e. held at the clamp's
-  upper bound (1-2 % in Table 13);
-* ``clamp_lower_fraction``: share of entries with ``pi <= eps/E`` (held at the lower bound).
-
-The bias comes from ``workflow_scripts.routing.core.prior_to_bias`` (the training-time
-conversion). Cells of empty spans hold the uniform row (see ``priors.compute``), whose
-bias is zero: they are counted like every other cell (their number is in the prior's
-meta.json). The same four values are also given per span (Q, A).
+The spread of the eq. (3) bias and the clamp saturation over every (row, span, layer) cell of an
+``N x 2 x L x E`` prior, in chunks of rows so memory does not grow with ``N``; the bias is the
+training-time conversion's (``routing.core.prior_to_bias``).
 """
 
 from __future__ import annotations
@@ -40,6 +28,21 @@ def prior_stats(
     Returns ``{"shape", "clip_eps", "clip_c", "sd_ddof": 0, "cells", "entries",
     "bias_sd", "bias_range", "clamp_upper_fraction", "clamp_lower_fraction",
     "spans": {"Q": {...same four...}, "A": {...}}}``.
+
+    Over every (row, span, layer) cell, and again per span (Q, A):
+
+    * ``bias_sd``: the standard deviation over experts (population, ``ddof=0``) of the
+      zero-mean log-prior bias ``b`` of eq. (3) of each cell, averaged over cells (the
+      "per-row bias standard deviation", 0.616 / 0.654 in F.7);
+    * ``bias_range``: ``max_e b - min_e b`` per cell, averaged over cells (~3.03 in F.7);
+    * ``clamp_upper_fraction``: share of entries with ``pi >= C/E``, i.e. held at the clamp's
+      upper bound (1-2 % in Table 13);
+    * ``clamp_lower_fraction``: share of entries with ``pi <= eps/E`` (held at the lower bound).
+
+    The bias comes from ``workflow_scripts.routing.core.prior_to_bias`` (the training-time
+    conversion). Cells of empty spans hold the uniform row (see ``priors.compute``), whose
+    bias is zero: they are counted like every other cell (their number is in the prior's
+    meta.json).
     """
     import torch
 

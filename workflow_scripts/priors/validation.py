@@ -1,21 +1,8 @@
 """Validation of the shuffled priors: prior-side strength (Table 13) and community preservation (B.2).
 
-Implements Appendix E.1 / Table 13 and the within-community shuffle sweep of Appendix B.2 of the
-paper. Both work on the ``N x 2 x L x E`` prior tensors before any training, streamed in chunks
-of rows so memory does not grow with ``N``; shuffles follow the convention of
-``workflow_scripts.priors.shuffle`` (``shuffled[n, s, l, e] = prior[n, s, l, perms[l, e]]``).
-
-Top-k sets are taken of the clipped log prior ``log c`` of eq. (3) (``clipped_log_prior``),
-with ties (e.g. entries held at the same clamp bound) broken by the lower expert id: a stable
-sort on ``-log c``.
-
-Percentile of |Δb|: the 90th percentile over all ``N * 2 * L * E`` elements comes from a
-fixed-bin histogram (``ABS_DELTA_BINS`` bins on ``[0, 2 |beta| log(C/eps)]``, the largest
-possible ``|Δb|``), so memory is constant in ``N``. The reported value is the LOWER edge of the
-bin holding the order statistic of 0-based rank ``floor(0.9 (n - 1))``, i.e. ``np.percentile``
-with ``method="lower"``, rounded down to the bin grid: it lies within one bin width
-(``abs_delta_bias_p90_resolution``, 1.4e-4 at the defaults eps = 0.05, C = 5, beta = 1) below
-the exact value, and is exactly 0 when no element changed.
+Implements Appendix E.1 / Table 13 and the within-community shuffle sweep of Appendix B.2 on the
+``N x 2 x L x E`` prior tensors before any training, streamed in chunks of rows so memory does not
+grow with ``N``; shuffles follow the convention of ``workflow_scripts.priors.shuffle``.
 """
 
 from __future__ import annotations
@@ -107,6 +94,14 @@ def prior_side_strength(
     is the effective log-prior bias added to the logits (histogram method, see the module
     notes); and the share of entries of ``shuffled`` with ``p >= C/E`` (the clamp upper bound,
     as in ``priors.stats``).
+
+    Percentile of |Δb|: the 90th percentile over all ``N * 2 * L * E`` elements comes from a
+    fixed-bin histogram (``ABS_DELTA_BINS`` bins on ``[0, 2 |beta| log(C/eps)]``, the largest
+    possible ``|Δb|``), so memory is constant in ``N``. The reported value is the LOWER edge of the
+    bin holding the order statistic of 0-based rank ``floor(0.9 (n - 1))``, i.e. ``np.percentile``
+    with ``method="lower"``, rounded down to the bin grid: it lies within one bin width
+    (``abs_delta_bias_p90_resolution``, 1.4e-4 at the defaults eps = 0.05, C = 5, beta = 1) below
+    the exact value, and is exactly 0 when no element changed.
 
     Returns:
         ``{"shape", "top_k", "beta", "clip_eps", "clip_c", "cells", "entries",

@@ -10,37 +10,12 @@ All inputs are top-k arrays of the same probe tokens, (L, N, k).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from workflow_scripts.routing_metrics import communities, graphs, metrics
-
-
-@dataclass(frozen=True)
-class Detector:
-    """Community detection settings (F.9): algorithm, resolution gamma, seed, edge fraction rho.
-
-    ``tolerance`` and ``max_iterations`` are Louvain's stopping rule (config
-    ``probe.detector.tolerance`` / ``max_iterations``: dQ < 1e-6 or at most 100 levels, see
-    `communities.louvain`); Leiden runs to convergence at otherwise matched parameters.
-    """
-
-    name: str = "louvain"
-    resolution: float = 1.0
-    seed: int = 0
-    tolerance: float = 1e-6
-    rho: float = 0.10
-    max_iterations: int = communities.LOUVAIN_MAX_LEVEL
-
-    def detect(self, w: np.ndarray) -> np.ndarray:
-        """Canonical (E,) labels of one thresholded layer graph."""
-        if self.name == "louvain":
-            return communities.louvain(w, self.resolution, self.seed, self.tolerance, self.max_iterations)
-        if self.name == "leiden":
-            return communities.leiden(w, self.resolution, self.seed)
-        raise ValueError(f"unknown detector {self.name!r} (louvain or leiden)")
+from workflow_scripts.routing_metrics.communities import Detector
 
 
 def layer_partitions(topk: np.ndarray, num_experts: int, detector: Detector) -> tuple[np.ndarray, np.ndarray]:

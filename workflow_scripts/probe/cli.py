@@ -57,7 +57,8 @@ def _load_moe(path: str) -> tuple[Any, Any]:
 
 def run_routes(args: argparse.Namespace) -> None:
     """Select the probe tokens, record the stock routes, write the routes file and its meta."""
-    from workflow_scripts.probe.routes import probe_tokens, record_routes, routes_meta, save_routes
+    from workflow_scripts.file_formats.routes import save_routes
+    from workflow_scripts.probe.routes import probe_tokens, record_routes, routes_meta
 
     if args.tokens <= 0 or args.max_length <= 0:
         raise UserInputError(
@@ -83,8 +84,9 @@ def run_routes(args: argparse.Namespace) -> None:
 
 def run_partition(args: argparse.Namespace) -> None:
     """The base partition of every layer, its modularity and the Q/A span profile (F.9, Table 11)."""
-    from workflow_scripts.probe.analysis import Detector, layer_partitions, modularities, span_profile
-    from workflow_scripts.probe.routes import load_routes
+    from workflow_scripts.file_formats.routes import load_routes
+    from workflow_scripts.probe.analysis import layer_partitions, modularities, span_profile
+    from workflow_scripts.routing_metrics.communities import Detector
 
     routes, tokens = load_routes(args.routes)
     detector = Detector(**args.detector)
@@ -105,8 +107,9 @@ def run_retention(args: argparse.Namespace) -> None:
     import numpy as np
     import pandas as pd
 
-    from workflow_scripts.probe.analysis import Detector, nmi_sweep, null_model, retention
-    from workflow_scripts.probe.routes import load_routes
+    from workflow_scripts.file_formats.routes import load_routes
+    from workflow_scripts.probe.analysis import nmi_sweep, null_model, retention
+    from workflow_scripts.routing_metrics.communities import Detector
 
     (base, base_tokens), (run, run_tokens) = load_routes(args.base_routes), load_routes(args.routes)
     same = all(

@@ -1,103 +1,29 @@
 """Bias-free routes of a checkpoint on a probe pool: the input of every §2 probe statistic.
 
 The co-activation graphs (eq. (1)), top-k overlap, sharpness and the Table 11 span statistics
-are all computed from the same two per-token quantities, recorded here once per checkpoint:
-
-* ``topk`` ``(L, N, k)`` int16: the experts the gate actually selected for each probed token
-  at each MoE layer, stored as a set (ascending expert id, whatever order the gate returned);
-* ``probs`` ``(L, N, E)`` float16: ``softmax(z)`` of the unbiased router logits ``z``,
-  computed in float32 and then stored in half precision. This is the same definition as the
-  prior's ``p_base`` (``workflow_scripts.priors.compute``) for every architecture, also for
-  the sigmoid-scored DeepSeek-V3 router, whose own gate weights are sigmoids.
-
-Token selection (``probe_tokens``), the same for every checkpoint of one model because it
-depends on the tokenizer, the pool and the two integers only: each pool row, in pool order, is
-chat-rendered and span-labelled with ``answer_span_mask`` and cut to its first ``max_length``
-tokens (as training cuts it); its Q/A tokens (span 0/1; template and special tokens are never
-probed) are taken in position order until ``token_budget`` of them are taken, so the last row
-may be cut at the budget. A pool with fewer span tokens than the budget is probed whole.
-
-Bias-free probing (Appendix F.8): ``record_routes`` attaches a recorder with an empty
-``RoutingContext`` (no prior rows: every gate routes exactly as the stock gate), runs the
-model in eval mode under ``torch.inference_mode()``, and detaches. It refuses a model that
-already carries a routing override (``attach`` raises), so a training-time hook left attached
-cannot leak into a probe. Each row is its own forward pass (the pool is ~5,000 tokens), the
-row's first ``max_length`` tokens, without padding.
+all come from two per-token quantities recorded here once per checkpoint: ``topk`` ``(L, N, k)``,
+the experts the stock gate selected, and ``probs`` ``(L, N, E)``, ``softmax(z)`` of the unbiased
+router logits, the prior's ``p_base`` definition for every architecture (also DeepSeek-V3's
+sigmoid router). The routes file itself is :mod:`workflow_scripts.file_formats.routes`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import zipfile
-import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workflow_scripts.atomic import atomic_path, write_json
-from workflow_scripts.errors import UserInputError
+from workflow_scripts.file_formats.routes import ProbeTokens, Routes
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = [
-    "ProbeTokens",
-    "Routes",
-    "load_routes",
-    "probe_tokens",
-    "record_routes",
-    "routes_meta",
-    "save_routes",
-    "tokens_sha256",
-]
+__all__ = ["probe_tokens", "record_routes", "routes_meta", "tokens_sha256"]
 
 META_FORMAT = "rpb-probe-routes/1"
-_ARRAYS = ("topk", "probs", "row_ids", "positions", "spans", "moe_layers")
-
-
-@dataclass(frozen=True)
-class ProbeTokens:
-    """The probed tokens of a pool, in pool order and, within a row, in position order.
-
-    ``inputs`` holds the token ids fed to the model for each probed row (its first
-    ``max_length`` tokens), one array per distinct ``row_ids`` value in order of appearance.
-    A ``ProbeTokens`` read back by ``load_routes`` has no ``inputs`` (routes files do not
-    store token ids) and cannot be recorded again.
-    """
-
-    row_ids: np.ndarray  # (N,) int64, the pool's row_id of each probed token
-    positions: np.ndarray  # (N,) int32, position of the token in its row's chat rendering
-    spans: np.ndarray  # (N,) int8, 0 = Q, 1 = A
-    inputs: tuple[np.ndarray, ...] = ()  # per probed row: (T_r,) int64 token ids
-
-    def __len__(self) -> int:
-        return int(self.row_ids.shape[0])
-
-    def counts(self) -> dict[str, int]:
-        """Probed tokens per span (``Q``, ``A``) and in total."""
-        q = int((self.spans == 0).sum())
-        return {"Q": q, "A": len(self) - q, "total": len(self)}
-
-
-@dataclass(frozen=True)
-class Routes:
-    """Stock routing of the probed tokens at every MoE layer (``find_gates`` order)."""
-
-    topk: np.ndarray  # (L, N, k) int16, selected experts, ascending per token
-    probs: np.ndarray  # (L, N, E) float16, softmax of the unbiased router logits (fp32 softmax)
-    moe_layers: np.ndarray  # (L,) int64, decoder-layer index of each L entry
-
-    @property
-    def num_experts(self) -> int:
-        return int(self.probs.shape[-1])
-
-    @property
-    def top_k(self) -> int:
-        return int(self.topk.shape[-1])
 
 
 def probe_tokens(
@@ -105,7 +31,14 @@ def probe_tokens(
 ) -> ProbeTokens:
     """The first ``token_budget`` Q/A tokens of the pool ``rows`` ``(row_id, prompt, answer)``.
 
-    See the module notes for the rule. Raises ``ValueError`` on non-positive sizes, repeated
+    The selection is the same for every checkpoint of one model because it
+    depends on the tokenizer, the pool and the two integers only: each pool row, in pool order, is
+    chat-rendered and span-labelled with ``answer_span_mask`` and cut to its first ``max_length``
+    tokens (as training cuts it); its Q/A tokens (span 0/1; template and special tokens are never
+    probed) are taken in position order until ``token_budget`` of them are taken, so the last row
+    may be cut at the budget. A pool with fewer span tokens than the budget is probed whole.
+
+    Raises ``ValueError`` on non-positive sizes, repeated
     row ids, a row the chat template cannot render, or a pool without any Q/A token.
     """
     from workflow_scripts.modeling.tokenizer import answer_span_mask
@@ -148,7 +81,14 @@ def _row_blocks(tokens: ProbeTokens) -> list[slice]:
 
 
 def record_routes(model: nn.Module, tokenizer: Any, tokens: ProbeTokens) -> Routes:
-    """Stock (bias-free) routes of ``model`` on ``tokens``; see the module notes.
+    """Stock (bias-free) routes of ``model`` on ``tokens``.
+
+    Bias-free probing (Appendix F.8): it attaches a recorder with an empty
+    ``RoutingContext`` (no prior rows: every gate routes exactly as the stock gate), runs the
+    model in eval mode under ``torch.inference_mode()``, and detaches. It refuses a model that
+    already carries a routing override (``attach`` raises), so a training-time hook left attached
+    cannot leak into a probe. Each row is its own forward pass (the pool is ~5,000 tokens), the
+    row's first ``max_length`` tokens, without padding.
 
     ``tokenizer`` must be the one ``tokens`` were made with (its vocabulary is checked against
     the fed ids). The model is left in eval mode with no routing override attached.
@@ -203,7 +143,7 @@ def routes_meta(
     architecture: str | None = None,
 ) -> dict[str, Any]:
     """The meta.json of a routes file: inputs' checksums, settings, shapes and token counts."""
-    from workflow_scripts.provenance import path_digest
+    from workflow_scripts.records import path_digest
 
     counts = tokens.counts()
     return {
@@ -225,45 +165,3 @@ def routes_meta(
         "topk": "experts the stock gate selected, ascending per token, int16 (L, N, k)",
         "probs": "softmax over the unbiased router logits in float32, stored float16 (L, N, E)",
     }
-
-
-def save_routes(
-    path: str | os.PathLike[str],
-    routes: Routes,
-    tokens: ProbeTokens,
-    meta: Mapping[str, Any],
-    meta_path: str | os.PathLike[str],
-) -> None:
-    """Write the routes ``.npz`` (compressed) and its meta JSON, each atomically."""
-    if routes.topk.shape[1] != len(tokens) or routes.probs.shape[1] != len(tokens):
-        raise ValueError(f"routes hold {routes.topk.shape[1]} tokens, the probe tokens {len(tokens)}")
-    with atomic_path(path) as tmp, Path(tmp).open("wb") as handle:
-        np.savez_compressed(
-            handle,
-            topk=routes.topk,
-            probs=routes.probs,
-            row_ids=tokens.row_ids,
-            positions=tokens.positions,
-            spans=tokens.spans,
-            moe_layers=routes.moe_layers,
-        )
-    write_json(meta_path, dict(meta))
-
-
-def load_routes(path: str | os.PathLike[str]) -> tuple[Routes, ProbeTokens]:
-    """Read a routes ``.npz`` back; the returned ``ProbeTokens`` has no ``inputs``.
-
-    A file that is no readable ``.npz`` (truncated, not a zip, a member with a bad CRC or
-    deflate stream: the arrays are read inside the ``try``) is an error naming it.
-    """
-    try:
-        with np.load(path) as data:
-            missing = [name for name in _ARRAYS if name not in data.files]
-            if missing:
-                raise UserInputError(f"{path}: not a routes file, missing arrays {missing}")
-            arrays = {name: data[name] for name in _ARRAYS}
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as error:
-        raise UserInputError(f"{path}: not a readable routes .npz ({error})") from error
-    routes = Routes(arrays["topk"], arrays["probs"], arrays["moe_layers"])
-    tokens = ProbeTokens(arrays["row_ids"], arrays["positions"], arrays["spans"])
-    return routes, tokens

@@ -15,15 +15,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from workflow_scripts.provenance import TRACKED_PACKAGES, code_version, path_digest
-from workflow_scripts.provenance.verify import RecordIndex
+from workflow_scripts.layout import MANIFEST_FILE
+from workflow_scripts.records import TRACKED_PACKAGES, code_version, path_digest
+from workflow_scripts.records.verify import RecordIndex
 
 MANIFEST = "manifest"  # the job id of the table's or figure's own manifest
 # Run by an environment's own interpreter: the versions of the packages named as arguments.
@@ -92,7 +91,7 @@ class Chain:
 
 def _hub_manifest(path: Path) -> tuple[Path, Mapping[str, Any]] | None:
     """The download manifest that lists ``path`` (a raw parquet or a base checkpoint), if any."""
-    for candidate in (path.with_suffix(".manifest.json"), path.parent / "manifest.json"):
+    for candidate in (path.with_suffix(".manifest.json"), path.parent / MANIFEST_FILE):
         if candidate.is_file():
             manifest = json.loads(candidate.read_text())
             listed = manifest.get("parquet") or (manifest.get("checkpoint") or {}).get("path")
@@ -238,22 +237,6 @@ def software_findings(chain: Chain) -> tuple[list[Finding], list[str]]:
                 detail = f"{name} {version} recorded by {job}, {now.get(name)} installed in {prefix} now"
                 findings.append(Finding("software", name, detail, (job,)))
     return findings, absent
-
-
-def merged_config(paths: Iterable[str]) -> dict[str, Any]:
-    """Config files merged in order, later keys replacing earlier ones recursively (Snakemake's rule)."""
-    merged: dict[str, Any] = {}
-    for path in paths:
-        _update(merged, yaml.safe_load(Path(path).read_text()) or {})
-    return merged
-
-
-def _update(target: dict[str, Any], overlay: Mapping[str, Any]) -> None:
-    for key, value in overlay.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _update(target[key], value)
-        else:
-            target[key] = value
 
 
 def config_differences(recorded: Any, current: Any, where: str = "") -> list[str]:

@@ -14,7 +14,8 @@ from typing import Any
 from workflow_scripts.atomic import write_json, write_text
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.provenance import arguments_hash, code_version, path_digest, software_versions
+from workflow_scripts.layout import RESULTS
+from workflow_scripts.records import arguments_hash, code_version, path_digest, software_versions
 
 
 def build_manifest(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> N
     """
     from workflow_scripts import registry
     from workflow_scripts.layout import manifest_path
-    from workflow_scripts.provenance.audit import Current, audit, merged_config, report, summary
+    from workflow_scripts.provenance.audit import Current, audit, report, summary
     from workflow_scripts.provenance.settings import current_commands, settings_by_record
 
     manifests = {output_id: _read_manifest(args.results, output_id) for output_id in args.output_ids}
@@ -76,8 +77,10 @@ def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> N
     if not config_files:
         first_path = manifest_path(args.results, args.output_ids[0])
         raise UserInputError(f"{first_path}: records no config files; name them with --config-files")
-    config = merged_config(config_files)
-    registry.cap_seeds(config)
+    try:
+        config = registry.load_config(config_files)
+    except registry.RegistryError as error:
+        raise UserInputError(str(error)) from None
     targets = [str(manifest_path(args.results, output_id)) for output_id in args.output_ids]
     settings = settings_by_record(current_commands(targets, config_files, Path.cwd()), stages.choices)
     current = Current(results=Path(args.results), config=config, settings=settings)
@@ -125,7 +128,7 @@ def register(stages: argparse._SubParsersAction) -> None:
     checker.add_argument(
         "--json", action="store_true", help="print the audit as JSON (one object per output)"
     )
-    checker.add_argument("--results", default="results", help="results root (default: results)")
+    checker.add_argument("--results", default=RESULTS, help=f"results root (default: {RESULTS})")
     checker.add_argument(
         "--config-files", nargs="*", help="config files to compare with (default: those the manifest records)"
     )

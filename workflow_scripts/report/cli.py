@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from workflow_scripts.atomic import atomic_path, write_text
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.report import docs_numbers
 
 if TYPE_CHECKING:
     from workflow_scripts.report.table import ReportInputs
@@ -155,6 +156,8 @@ def register(stages: argparse._SubParsersAction) -> None:
     plot.add_argument("--data", required=True, help="the figure's data CSV (written by figure-data)")
     plot.add_argument("--png", required=True, help="output: PNG")
     plot.add_argument("--pdf", required=True, help="output: PDF")
+
+    docs_numbers.add_docs_numbers(commands)
 
 
 def _add_result_files(parser: argparse.ArgumentParser) -> None:

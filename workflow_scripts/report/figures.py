@@ -1,26 +1,9 @@
 """The paper's figures 1-3 and three appendix views, each as tidy data plus a plot of that data.
 
 Every figure is a pair in ``FIGURES``: a data function ``(ReportInputs) -> pd.DataFrame`` that
-reads the figure's declared result files and returns the numbers behind it (rule ``figure_data``
-writes them to CSV), and a plot function ``(pd.DataFrame) -> matplotlib.figure.Figure`` that
-draws only what that frame holds (rule ``figure``, from the CSV), so restyling never recomputes.
-
-* ``figure1``: the co-activation graph of §2 / Figure 1 on real probe routes: the top-k
-  selections of the first probe tokens, the co-activation matrix of eq. (1), the base graph
-  thresholded at rho with its communities, and each trained run's communities with their NMI.
-* ``figure2``: a frozen-base prior of eq. (2) for one training sample and its zero-mean log-prior
-  bias of eq. (3) (§3.1 / Figure 2), with the clamp bounds ``eps/E`` and ``C/E`` marked.
-* ``figure3``: the soft/hard x within/global design of §5.2.2 / Figure 3 with Overall@9 and
-  community NMI (mean +- sd over seeds) per cell and corpus (Table 5's numbers).
-* ``beta_sweep``: community NMI and Overall@9 against beta, RPB-hard at the hard end (Table 6).
-* ``rho_sensitivity``: community NMI against the edge fraction rho per condition (Table 10).
-* ``coactivation_heatmaps``: co-activation matrices of the base and trained routers with the
-  experts ordered by base community, on one colour scale.
-
-Figures 1, 2 and the heatmaps show one layer, ``figure_layer(L)``: the middle MoE layer
-(index ``L // 2`` of the ``L`` MoE layers; 13 of Moonlight-16B-A3B's 26). Plots use the
-object API (``matplotlib.figure.Figure``, no pyplot), the Okabe-Ito and Tol colour-blind-safe
-palettes, and one colour per condition in every figure (``CONDITION_COLOURS``).
+reads the figure's declared result files (rule ``figure_data`` writes the frame to CSV), and a
+plot function ``(pd.DataFrame) -> Figure`` that draws only what that frame holds (rule
+``figure``), so restyling never recomputes. Plots use matplotlib's object API, no pyplot.
 """
 
 from __future__ import annotations
@@ -41,9 +24,15 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from workflow_scripts import registry
-from workflow_scripts.layout import layers_path, partition_path, prior_file, routes_path
-from workflow_scripts.probe.analysis import Detector
-from workflow_scripts.probe.routes import load_routes
+from workflow_scripts.file_formats.routes import load_routes
+from workflow_scripts.layout import (
+    PRIOR_FILES,
+    PRIOR_META,
+    layers_path,
+    partition_path,
+    prior_file,
+    routes_path,
+)
 from workflow_scripts.report.frames import aggregate_frame, performance_frame
 from workflow_scripts.report.inputs import ResultFiles
 from workflow_scripts.report.routing_frames import (
@@ -55,6 +44,7 @@ from workflow_scripts.report.routing_frames import (
 )
 from workflow_scripts.report.table import ReportInputs, summarize_seeds
 from workflow_scripts.routing_metrics import graphs
+from workflow_scripts.routing_metrics.communities import Detector
 
 __all__ = [
     "CONDITION_COLOURS",
@@ -67,7 +57,8 @@ __all__ = [
     "match_communities",
 ]
 
-# Okabe-Ito (Okabe & Ito 2008) for the main conditions, Paul Tol's muted scheme for the rest.
+# Okabe-Ito (Okabe & Ito 2008) for the main conditions, Paul Tol's muted scheme for the rest: one
+# colour per condition in every figure, colour-blind safe.
 CONDITION_COLOURS: dict[str, str] = {
     "base": "#000000",
     "sft": "#E69F00",
@@ -465,16 +456,17 @@ def _prior_rows(prior_id: registry.Prior, results: ResultFiles) -> pd.DataFrame:
     """Figure 2's rows of one prior: its sample's Q and A rows at the figure layer, with the bias."""
     import torch
 
-    from workflow_scripts.priors.compute import load_prior
+    from workflow_scripts.file_formats.prior import load_prior
     from workflow_scripts.routing.core import prior_to_bias
 
-    meta_path = results.path(prior_file, prior_id.model, prior_id.corpus, "meta.json")
+    meta_path = results.path(prior_file, prior_id.model, prior_id.corpus, PRIOR_META)
     meta = read_json(meta_path)
     row_ids, counts, moe_layers, clip_eps, clip_c = (
         field(meta, (key,), meta_path)
         for key in ("row_ids", "token_counts", "moe_layers", "clip_eps", "clip_c")
     )
-    prior = load_prior(results.path(prior_file, prior_id.model, prior_id.corpus, "prior.npy"))  # (N, 2, L, E)
+    prior_path = results.path(prior_file, prior_id.model, prior_id.corpus, PRIOR_FILES[registry.BASE])
+    prior = load_prior(prior_path)  # (N, 2, L, E)
     if prior.shape[0] != len(row_ids) or prior.shape[2] != len(moe_layers):
         raise ResultFileError(
             f"{meta_path}: {len(row_ids)} row ids and {len(moe_layers)} MoE layers "
@@ -989,6 +981,12 @@ def coactivation_heatmaps_plot(data: pd.DataFrame) -> Figure:
     return fig
 
 
+# figure1: the co-activation graph of §2 / Figure 1 on real probe routes (eq. (1), base communities,
+#   each trained run's communities with their NMI). figure2: one sample's frozen-base prior (eq. (2))
+#   and its bias (eq. (3)), clamp bounds marked. figure3: the soft/hard x within/global design of
+#   §5.2.2 (Table 5's numbers). beta_sweep: NMI and Overall@9 against beta (Table 6).
+#   rho_sensitivity: NMI against the edge fraction rho (Table 10). coactivation_heatmaps: base and
+#   trained co-activation matrices ordered by base community, on one colour scale.
 FIGURES: dict[str, tuple[Callable[[ReportInputs], pd.DataFrame], Callable[[pd.DataFrame], Figure]]] = {
     "figure1": (figure1_data, figure1_plot),
     "figure2": (figure2_data, figure2_plot),

@@ -3,7 +3,7 @@
 Every table reads ``results/evals/.../summary.json`` through
 :func:`performance_frame` (avg@5 per benchmark) or :func:`repeat_frame` (the
 five repeat scores), and aggregates through :func:`aggregate_frame`, which
-calls :func:`workflow_scripts.evaluate.aggregate.aggregate` once per run.
+calls :func:`workflow_scripts.score_aggregates.aggregate` once per run.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.evaluate.aggregate import SUITE_COLUMNS, aggregate
 from workflow_scripts.layout import summary_path
 from workflow_scripts.registry import Evaluation
 from workflow_scripts.report.inputs import ResultFiles
+from workflow_scripts.score_aggregates import SUITE_COLUMNS, aggregate
 
 RUN_KEYS = ("model", "corpus", "condition", "seed")
 

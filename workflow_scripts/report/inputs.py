@@ -53,8 +53,8 @@ def _closure_files(results: Path, closure: registry.Closure) -> list[Path]:
     files = [layout.summary_path(results, e) for e in closure.evaluations]
     files += [_probe_result(results, p) for p in closure.probes]
     pairs = {(p.model, p.corpus) for p in closure.priors}
-    files += [layout.prior_file(results, m, c, "stats.json") for m, c in pairs]
-    files += [layout.prior_file(results, m, c, "prior_validation.json") for m, c in closure.prior_validations]
+    files += [layout.prior_file(results, m, c, layout.PRIOR_STATS) for m, c in pairs]
+    files += [layout.prior_file(results, m, c, layout.PRIOR_VALIDATION) for m, c in closure.prior_validations]
     return files
 
 
@@ -69,7 +69,7 @@ def _figure_files(results: Path, closure: registry.Closure, reads: Iterable[str]
         for prior in (p for p in closure.priors if p.kind == registry.BASE):
             files += [
                 layout.prior_file(results, prior.model, prior.corpus, name)
-                for name in (layout.PRIOR_FILES[registry.BASE], "meta.json")
+                for name in (layout.PRIOR_FILES[registry.BASE], layout.PRIOR_META)
             ]
     return files
 

@@ -16,39 +16,25 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.evaluate.aggregate import SUITE_COLUMNS
 from workflow_scripts.registry import BASE, Evaluation, closure
 from workflow_scripts.report.frames import RUN_KEYS, aggregate_frame, performance_frame, repeat_frame
 from workflow_scripts.report.routing_frames import retention_frame
 from workflow_scripts.report.table import ReportInputs, Table, summarize_seeds
+from workflow_scripts.score_aggregates import SUITE_COLUMNS, suite_members
 
-# Column order of the paper's nine-benchmark tables (17-19): multi-domain, math, code.
-NINE = (
-    "mmlu_pro",
-    "gpqa_diamond",
-    "livebench_reasoning",
-    "gsm8k",
-    "math500",
-    "livebench_math",
-    "humaneval",
-    "mbpp",
-    "livebench_coding",
-)
-# Column order of the twelve-benchmark Table 16: multi-domain, code, math.
-TWELVE = (
-    "mmlu_stem",
-    "mmlu",
-    "mmlu_pro",
-    "gpqa",
-    "gpqa_diamond",
-    "livebench_reasoning",
-    "humaneval",
-    "mbpp",
-    "livebench_coding",
-    "gsm8k",
-    "math500",
-    "livebench_math",
-)
+# Column order of the paper's per-benchmark tables, by family, registry order within one: the
+# nine-benchmark tables (17-19) multi-domain, math, code; the twelve-benchmark Table 16
+# multi-domain, code, math. The benchmarks themselves are the registry's (score_aggregates.py).
+FAMILY_ORDER = {"overall9": ("multi_domain", "math", "code"), "all12": ("multi_domain", "code", "math")}
+
+
+def benchmark_columns(benchmarks: Mapping[str, Mapping[str, Any]], suite: str) -> tuple[str, ...]:
+    """The benchmark columns of a per-benchmark table of ``suite``, in the paper's order."""
+    order = FAMILY_ORDER[suite]
+    members = suite_members(benchmarks, suite)
+    return tuple(sorted(members, key=lambda name: order.index(benchmarks[name]["family"])))
+
+
 CORPUS_KEYS = ("corpus", "condition")
 LABELS = {
     "corpus": "Dataset",
@@ -367,14 +353,15 @@ def _repeat_note(inputs: ReportInputs, evaluations: Iterable[Evaluation]) -> str
 def table16(inputs: ReportInputs) -> Table:
     """Table 16: Moonlight per-benchmark (twelve) with the twelve-benchmark Avg; Base row over repeats."""
     conditions = (BASE, "sft", "lbl", "rpb")
-    rows = _per_benchmark(inputs, conditions, TWELVE, "all12", over_repeats=False)
+    twelve = benchmark_columns(inputs.config["benchmarks"], "all12")
+    rows = _per_benchmark(inputs, conditions, twelve, "all12", over_repeats=False)
     evaluations = _evaluations(inputs, conditions)
     notes = (
         _seed_note(evaluations),
         "The Base row has no training seed: its ± is over the evaluation repeats.",
         "Avg is the mean over all twelve benchmarks.",
     )
-    columns = (*TWELVE, "avg12")
+    columns = (*twelve, "avg12")
     return _table(
         inputs,
         CORPUS_KEYS,
@@ -389,9 +376,10 @@ def table16(inputs: ReportInputs) -> Table:
 
 def _single_seed_table(inputs: ReportInputs, conditions: Sequence[str], bold: bool) -> Table:
     """Nine-benchmark single-seed tables (17, 19): every ± is over the evaluation repeats."""
-    rows = _per_benchmark(inputs, conditions, NINE, "overall9", over_repeats=True)
+    nine = benchmark_columns(inputs.config["benchmarks"], "overall9")
+    rows = _per_benchmark(inputs, conditions, nine, "overall9", over_repeats=True)
     evaluations = _evaluations(inputs, conditions)
-    columns = (*NINE, "overall9")
+    columns = (*nine, "overall9")
     notes = (_repeat_note(inputs, evaluations), "Avg is Overall@9, the mean of the nine benchmark columns.")
     return _table(
         inputs,
@@ -399,7 +387,7 @@ def _single_seed_table(inputs: ReportInputs, conditions: Sequence[str], bold: bo
         columns,
         rows,
         labels=_labels(inputs.config, sft="SFT", overall9="Avg"),
-        bold=dict.fromkeys(NINE, "max") if bold else {},  # per benchmark column, not the Avg
+        bold=dict.fromkeys(nine, "max") if bold else {},  # per benchmark column, not the Avg
         block="corpus",
         notes=notes,
     )
@@ -413,14 +401,15 @@ def table17(inputs: ReportInputs) -> Table:
 def table18(inputs: ReportInputs) -> Table:
     """Table 18: Moonlight per-benchmark shuffled-prior controls, mean ± sd across three seeds."""
     conditions = ("rpb", "within_soft", "within_hard", "global_hard")
-    rows = _per_benchmark(inputs, conditions, NINE, "overall9", over_repeats=False)
+    nine = benchmark_columns(inputs.config["benchmarks"], "overall9")
+    rows = _per_benchmark(inputs, conditions, nine, "overall9", over_repeats=False)
     evaluations = _evaluations(inputs, conditions)
     notes = (
         _seed_note(evaluations),
         "Avg is Overall@9, the mean of the nine benchmark columns.",
     )
     labels = _labels(inputs.config, overall9="Avg")
-    return _table(inputs, CORPUS_KEYS, (*NINE, "overall9"), rows, labels=labels, block="corpus", notes=notes)
+    return _table(inputs, CORPUS_KEYS, (*nine, "overall9"), rows, labels=labels, block="corpus", notes=notes)
 
 
 def table19(inputs: ReportInputs) -> Table:

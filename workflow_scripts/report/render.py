@@ -3,8 +3,9 @@
 All three come from one :class:`~workflow_scripts.report.table.Table`; the
 output is a pure function of it, the reference and the scale (deterministic).
 Seed-count marks flag cells whose mean covers fewer seeds than the table's
-other cells (F.5: "rows that mix the two are marked"); bold marks the best
-mean per block in the columns ``Table.bold`` names.
+other cells (F.5: "rows that mix the two are marked") and every single-seed
+cell, even where all are (toy scale); bold marks the best mean per block in
+the columns ``Table.bold`` names.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def _best(table: Table) -> set[tuple[int, str]]:
 
 
 def _mark_of(n: int, most: int) -> tuple[str, str, str] | None:
-    if n >= most:
+    """The cell's seed-count mark: fewer seeds than the table's most, or a single seed wherever it is."""
+    if n >= most and n != 1:
         return None
     return MARKS.get(n, OTHER_MARK)
 
@@ -91,7 +93,12 @@ def _mark_notes(table: Table, cells: pd.DataFrame) -> list[str]:
     }
     used.discard(None)
     most_text = f"up to {most} seeds" if most > 1 else "1 seed"
-    return [f"{mark} {meaning} (other cells: {most_text})." for mark, _, meaning in sorted(used)]
+    return [
+        f"{mark} {meaning}: every trained value of this table, so none has an sd."
+        if most == 1 and mark == MARKS[1][0]
+        else f"{mark} {meaning} (other cells: {most_text})."
+        for mark, _, meaning in sorted(used)
+    ]
 
 
 def _comparison(table: Table, reference: pd.DataFrame | None) -> pd.DataFrame:

@@ -1,18 +1,9 @@
 """Tidy frames of the probe and prior results that the routing tables read (§2, Appendix B, C, E, F.10).
 
-Each loader reads the fixed result layout of the probe and prior stages:
-
-- ``results/graphs/{model}/{corpus}/{condition}/s{seed}/metrics.json``: ``summary`` (layer means
-  of the §2 retention metrics), ``null_model`` (B.1 margins) and ``sweep`` (B.2 community NMI per
-  detector, rho and detector seed) of one probed trained checkpoint;
-- ``results/graphs/{model}/{corpus}/base/partition.json``: the base partition and its Q/A span
-  profile (Table 11);
-- ``results/priors/{model}/{corpus}/stats.json`` and ``prior_validation.json``: bias spread and
-  clamp saturation of the base prior (F.7), prior-side strength of the shuffles (Table 13) and the
-  within-shuffle community check (B.2).
-
-A missing file, a missing key or a non-numeric value raises :class:`ResultFileError` naming the
-file and the key.
+Each loader reads the fixed result layout of the probe stage (``metrics.json`` of a probed
+checkpoint, ``partition.json`` of a base) and of the priors stage (``stats.json``,
+``prior_validation.json``). A missing file, a missing key or a non-numeric value raises
+:class:`ResultFileError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.layout import metrics_path, partition_path, prior_file
+from workflow_scripts.layout import PRIOR_STATS, PRIOR_VALIDATION, metrics_path, partition_path, prior_file
 from workflow_scripts.registry import BASE, Probe
 from workflow_scripts.report.inputs import ResultFiles
 
@@ -214,8 +205,8 @@ def prior_frame(results: ResultFiles, pairs: Iterable[tuple[str, str]]) -> pd.Da
     """
     rows = []
     for model, corpus in sorted(set(pairs)):
-        validation_path = results.path(prior_file, model, corpus, "prior_validation.json")
-        stats_path = results.path(prior_file, model, corpus, "stats.json")
+        validation_path = results.path(prior_file, model, corpus, PRIOR_VALIDATION)
+        stats_path = results.path(prior_file, model, corpus, PRIOR_STATS)
         validation, stats = read_json(validation_path), read_json(stats_path)
         bias_sd = number(stats, ("bias_sd",), stats_path)
         for kind, scope in SHUFFLE_SCOPES.items():

@@ -1,32 +1,11 @@
-"""Router math of the paper: prior bias, hard override and router-side losses.
+"""Router math of the paper (§3): prior bias, hard override and router-side losses.
 
-Every function is a pure torch function on router logits, router scores, priors or
-router weights. None of them knows about a model class, a training framework or a
-parallel layout; the transformers and Megatron backends call them from their gate
-overrides and loss hooks.
-
-Symbols used throughout (§3 of the paper):
-
-* ``E``: routed experts in a layer; ``T``: tokens; ``k``: experts per token (top-k).
-* ``pi``: frozen-base routing prior of a (sample, span, layer), eq. (2); stored as an
-  ``N x 2 x L x E`` table (span 0 = Q, span 1 = A).
-* ``c = clip(pi)``: ``pi`` clamped to ``[eps/E, C/E]`` and renormalised over experts.
-* ``b = log c - mean_e log c``: the zero-mean log-prior bias, eq. (3).
-* ``z``: router logits; ``z' = z + beta * b``: the biased logits, eq. (4).
-
-Design note: whether the biased logits ``z'`` also feed the gate weights (the
-per-expert mixing coefficients) or only the top-k selection is a caller choice,
-exposed as the config key ``prior.bias_in_gate_weights`` (default true: eq. (4) read
-literally, ``z'`` replaces ``z`` everywhere inside the gate). The functions here are
-agnostic: ``soft_bias_logits`` only produces ``z'``, and the caller decides which of
-``z`` and ``z'`` the gate weights are computed from.
-
-Span convention: a token carries a span index, ``0`` (Q), ``1`` (A) or a negative
-value (``-1``: template, padding or any token outside both spans). Tokens without a
-span receive no bias and are left out of every span-level loss.
-
-Dtypes: computations that reduce (losses, the bias) run in at least float32 even when
-the inputs are bfloat16, and return float32 (float64 for float64 inputs).
+Pure torch functions on router logits, scores, priors or router weights; they know no model
+class, training framework or parallel layout, so the transformers and Megatron backends share
+them. Symbols: ``E`` experts, ``T`` tokens, ``k`` experts per token; ``pi`` the frozen-base
+prior (eq. (2), ``N x 2 x L x E``, span 0 = Q, 1 = A); ``c = clip(pi)`` to ``[eps/E, C/E]``,
+renormalised; ``b = log c - mean_e log c`` (eq. (3)); ``z' = z + beta * b`` (eq. (4)). A
+negative span id marks a token outside both spans: it gets no bias and no span-level loss.
 """
 
 from __future__ import annotations
@@ -61,7 +40,11 @@ LOG_PRIOR_FLOOR = 1e-12
 
 
 def _wide(dtype: torch.dtype) -> torch.dtype:
-    """The float dtype a reduction runs in: at least float32, float64 kept."""
+    """The float dtype a reduction runs in: at least float32, float64 kept.
+
+    Losses and the bias reduce in it even for bfloat16 inputs, and return float32 (float64 for
+    float64 inputs).
+    """
     return torch.promote_types(dtype, torch.float32)
 
 
@@ -156,6 +139,13 @@ def soft_bias_logits(logits: Tensor, bias: Tensor, beta: float | Tensor) -> Tens
     result has the dtype of ``logits``. A Python ``beta`` of exactly zero returns
     ``logits`` itself, bit-identical (SFT, §3.1: ``beta = 0`` recovers fine-tuning
     without a prior).
+
+    Whether the biased logits ``z'`` also feed the gate weights (the
+    per-expert mixing coefficients) or only the top-k selection is a caller choice,
+    exposed as the config key ``prior.bias_in_gate_weights`` (default true: eq. (4) read
+    literally, ``z'`` replaces ``z`` everywhere inside the gate). The functions here are
+    agnostic: ``soft_bias_logits`` only produces ``z'``, and the caller decides which of
+    ``z`` and ``z'`` the gate weights are computed from.
 
     Args:
         logits: router logits ``z``, shape ``(T, E)`` (any leading shape ``(..., E)``).
@@ -367,7 +357,7 @@ def load_balancing_loss(
     by ``top_k`` to reproduce its number for one layer. Per-layer values are combined by
     the caller: Megatron-Core SUMS them (each ``TopKRouter`` attaches ``coeff * loss`` of its
     own layer through ``MoEAuxLossAutoScaler``; the coefficient is not divided by the number
-    of layers), and the local backend does the same (``train.objective``).
+    of layers), and the local backend does the same (``modeling.objective``).
 
     Args:
         router_probs: per-token router probabilities, shape ``(T, E)`` (any leading shape).

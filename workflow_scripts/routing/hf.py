@@ -1,51 +1,11 @@
 """Router Prior Bias inside transformers MoE models: a per-instance override of every MoE gate.
 
-The transformers backend of the router interventions of §3.1 of the paper (soft RPB,
-eq. (4), and the RPB-hard top-k override) and the recorder that feeds the router-side
-losses of §3.3 (KL-to-base, logit-L2) and the baselines (z-loss, load balancing). The
-math lives in ``workflow_scripts.routing.core``; this module only knows where the gates
-of a transformers model are and what each gate class returns.
-
-Supported gate classes (transformers 5.x):
-
-* ``DeepseekV3TopkRouter`` (Moonlight-16B-A3B): sigmoid scores in float32; selection by
-  top-k of ``sigmoid(z) + e_score_correction_bias`` after masking all but the best
-  ``topk_group`` of ``n_group`` expert groups (a group scores the sum of its two best
-  experts); weights are the plain sigmoid at the chosen experts, renormalised
-  (denominator ``+ 1e-20``) when ``norm_topk_prob``, times ``routed_scaling_factor``.
-* ``DeepseekV2TopkRouter`` (DeepSeek-V2-Lite): softmax in float32; ``greedy`` top-k, or
-  ``group_limited_greedy`` (a group scores its best expert, experts of the other groups
-  get probability 0 before the top-k); weights are the probabilities at the chosen
-  experts times ``routed_scaling_factor``, never renormalised.
-* ``Qwen3MoeTopKRouter``: logits in the hidden states' dtype, softmax in float32, sorted
-  top-k; weights renormalised when ``norm_topk_prob`` and cast to the logits' dtype.
-
-Every gate returns ``(router_logits (T, E), topk_weights (T, k), topk_indices (T, k))``
-and the override returns the same three tensors with the same dtypes. ``router_logits``
-are always the UNBIASED logits ``z`` of the trained router, so transformers' own
-``router_logits`` outputs, the recorder and every loss see the router, not the prior.
-
-Usage (one context per training run, refilled per micro-batch)::
-
-    context = RoutingContext(mode="soft", beta=1.0)
-    handle = attach(model, context)
-    for batch in batches:
-        context.set_batch(prior_to_bias(batch_prior), batch_span_ids)  # (B, 2, L, E), (B, T)
-        out = model(input_ids=batch_ids)
-        router_logits = context.recorder.layer_logits()  # L tensors (B*T, E)
-        ...
-    handle.detach()
-
-Layer axis: the ``L`` axis of the prior / bias rows indexes the MoE layers in the order
-``find_gates`` returns them (position in that list, not the decoder-layer index): a
-model whose first decoder layer is dense has its ``L`` rows start at decoder layer 1.
-
-Token order: the MoE blocks hand the gate their ``(B, T, H)`` hidden states, or the same
-tensor viewed as ``(B*T, H)``; the gate flattens row-major, so flat row ``i`` is sample
-``i // T``, position ``i % T``. Span ids are flattened the same way
-(``span_ids.reshape(-1)``), and a gate call whose token count is not ``B*T`` raises
-(e.g. a cached decoding step while a training context is attached). Recorded logits keep
-the gate's flat ``(B*T, E)`` layout.
+The transformers backend of the router interventions of §3.1 (soft RPB, eq. (4), and the
+RPB-hard top-k override) and the recorder that feeds the router-side losses (§3.3) and the
+baselines. The math lives in ``workflow_scripts.routing.core``; this module only knows where
+the gates of a transformers model are and what each gate class returns (``_GateOps``). The
+recorded ``router_logits`` are always the UNBIASED logits ``z``, so every loss sees the router,
+not the prior. ``attach`` shows the usage and the layer and token order.
 """
 
 from __future__ import annotations
@@ -399,6 +359,28 @@ def _qwen3_scores(gate: nn.Module, logits: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class _GateOps:
+    """How one gate class computes logits, selection, weights and scores.
+
+    Supported gate classes (transformers 5.x):
+
+    * ``DeepseekV3TopkRouter`` (Moonlight-16B-A3B): sigmoid scores in float32; selection by
+      top-k of ``sigmoid(z) + e_score_correction_bias`` after masking all but the best
+      ``topk_group`` of ``n_group`` expert groups (a group scores the sum of its two best
+      experts); weights are the plain sigmoid at the chosen experts, renormalised
+      (denominator ``+ 1e-20``) when ``norm_topk_prob``, times ``routed_scaling_factor``.
+    * ``DeepseekV2TopkRouter`` (DeepSeek-V2-Lite): softmax in float32; ``greedy`` top-k, or
+      ``group_limited_greedy`` (a group scores its best expert, experts of the other groups
+      get probability 0 before the top-k); weights are the probabilities at the chosen
+      experts times ``routed_scaling_factor``, never renormalised.
+    * ``Qwen3MoeTopKRouter``: logits in the hidden states' dtype, softmax in float32, sorted
+      top-k; weights renormalised when ``norm_topk_prob`` and cast to the logits' dtype.
+
+    Every gate returns ``(router_logits (T, E), topk_weights (T, k), topk_indices (T, k))``
+    and the override returns the same three tensors with the same dtypes. ``router_logits``
+    are always the UNBIASED logits ``z`` of the trained router, so transformers' own
+    ``router_logits`` outputs, the recorder and every loss see the router, not the prior.
+    """
+
     logits: Callable[[nn.Module, Tensor], Tensor]
     select: Callable[[nn.Module, Tensor], Tensor]
     weigh: Callable[[nn.Module, Tensor, Tensor], Tensor]
@@ -507,6 +489,28 @@ def attach(model: nn.Module, context: RoutingContext) -> RoutingHandle:
     The override is an instance attribute (``types.MethodType``): the gate's class,
     parameters, buffers, state-dict keys and transformers' output-recorder hooks are
     untouched, and ``detach`` restores the class method by deleting the attribute.
+
+    Usage (one context per training run, refilled per micro-batch)::
+
+        context = RoutingContext(mode="soft", beta=1.0)
+        handle = attach(model, context)
+        for batch in batches:
+            context.set_batch(prior_to_bias(batch_prior), batch_span_ids)  # (B, 2, L, E), (B, T)
+            out = model(input_ids=batch_ids)
+            router_logits = context.recorder.layer_logits()  # L tensors (B*T, E)
+            ...
+        handle.detach()
+
+    Layer axis: the ``L`` axis of the prior / bias rows indexes the MoE layers in the order
+    ``find_gates`` returns them (position in that list, not the decoder-layer index): a
+    model whose first decoder layer is dense has its ``L`` rows start at decoder layer 1.
+
+    Token order: the MoE blocks hand the gate their ``(B, T, H)`` hidden states, or the same
+    tensor viewed as ``(B*T, H)``; the gate flattens row-major, so flat row ``i`` is sample
+    ``i // T``, position ``i % T``. Span ids are flattened the same way
+    (``span_ids.reshape(-1)``), and a gate call whose token count is not ``B*T`` raises
+    (e.g. a cached decoding step while a training context is attached). Recorded logits keep
+    the gate's flat ``(B*T, E)`` layout.
 
     Raises:
         TypeError: unsupported model (see ``find_gates``).

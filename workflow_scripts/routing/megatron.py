@@ -1,40 +1,10 @@
 """Router Prior Bias inside Megatron-Core: a ``TopKRouter`` subclass that overrides ``routing()`` only.
 
-The cluster backend of the router interventions of §3 of the paper. The math lives in
+The cluster backend of the router interventions of §3. The math lives in
 ``workflow_scripts.routing.core``; this module only knows Megatron-Core's router: its token
-layout, its score functions (reused through ``topk_routing_with_score_function``), and its
-auxiliary-loss mechanism (``TopKRouter.attach_and_log_load_balancing_loss``, which scales a
-loss for micro-batches, data parallelism and per-token loss and logs it per layer).
-
-Install: ``install(model_chunks, context)`` swaps the ``__class__`` of every built
-``TopKRouter`` to ``PriorBiasedRouter`` (a pre-wrap hook of Megatron-Bridge calls it), so
-parameters, buffers, state-dict keys, checkpoints and the HF export are those of the stock
-router. A custom ``forward_step`` refills the shared ``MegatronRoutingContext`` per
-micro-batch. Without a batch in the context every router routes exactly as stock.
-
-Token layout: the router sees ``(S_local, B, H)`` hidden states, sequence-first and, under
-sequence parallelism, the ``S / TP`` slice of tensor-parallel rank ``r``; it flattens them
-to ``N = S_local * B`` rows, row ``s * B + b``. The context holds span ids already sliced to
-``(S_local, B)`` (``sequence_parallel_slice``) and gathers per-token rows in that order.
-
-Losses: KL-to-base and centred logit-L2 are means over a micro-batch's span tokens and over
-MoE layers (the local backend's ``Objective.data_terms``). Each router attaches
-``coefficient / L * loss_l`` like Megatron's own load-balancing loss; under sequence
-parallelism a rank holds ``sum over its span tokens / span tokens of the whole sequence``,
-and the tensor-parallel all-reduce of the router's gradient (the weight is marked
-``sequence_parallel``) sums the ranks' parts into the gradient of the mean.
-Load balancing and z-loss stay Megatron's own (``moe_router_load_balancing_type``,
-``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder).
-Router-L2 acts on the optimizer's fp32 main parameters (``RouterAnchor``).
-
-Auxiliary-loss weight: with ``calculate_per_token_loss`` Megatron multiplies every attached
-loss by the micro-batch's token count ``N`` and divides all gradients by the global batch's
-loss-mask count ``T``, which equals ``M x N`` only when every token carries loss. Here only
-answer tokens do, so each auxiliary term would weigh ``N / T`` instead of the local
-backend's ``1 / M`` (``M`` micro-batches per global batch). ``PriorBiasedRouter`` scales the
-gradient of every loss it or Megatron attaches by ``MegatronRoutingContext.aux_loss_scale``,
-which the forward step sets to ``aux_loss_correction`` per micro-batch; the values Megatron
-logs are unchanged, and so is the model config Bridge saves with each checkpoint.
+layout, its score functions and its auxiliary-loss mechanism. The subclass is swapped onto
+built routers (``install``), so parameters, checkpoints and the HF export stay the stock
+router's; auxiliary terms are rescaled to weigh as in the local backend (``aux_loss_correction``).
 """
 
 from __future__ import annotations
@@ -78,6 +48,15 @@ MODES = (None, "soft", "hard")
 
 def aux_loss_correction(answer_tokens: float, micro_batches: int, router_tokens: int) -> float:
     """Factor on Megatron's auxiliary-loss gradients that makes each term weigh ``1 / M``.
+
+    Auxiliary-loss weight: with ``calculate_per_token_loss`` Megatron multiplies every attached
+    loss by the micro-batch's token count ``N`` and divides all gradients by the global batch's
+    loss-mask count ``T``, which equals ``M x N`` only when every token carries loss. Here only
+    answer tokens do, so each auxiliary term would weigh ``N / T`` instead of the local
+    backend's ``1 / M`` (``M`` micro-batches per global batch). ``PriorBiasedRouter`` scales the
+    gradient of every loss it or Megatron attaches by ``MegatronRoutingContext.aux_loss_scale``,
+    which the forward step sets to ``aux_loss_correction`` per micro-batch; the values Megatron
+    logs are unchanged, and so is the model config Bridge saves with each checkpoint.
 
     Megatron attaches ``loss * N`` (``N = router_tokens``: the non-padding tokens the rank
     routes times the tensor-parallel size, ``step.routed_tokens``) and later divides by
@@ -212,6 +191,21 @@ class PriorBiasedRouter(TopKRouter):
 
     ``install`` sets ``rpb_context`` (the shared context) and ``rpb_layer`` (this router's
     position on the prior's ``L`` axis) on every swapped router.
+
+    Token layout: the router sees ``(S_local, B, H)`` hidden states, sequence-first and, under
+    sequence parallelism, the ``S / TP`` slice of tensor-parallel rank ``r``; it flattens them
+    to ``N = S_local * B`` rows, row ``s * B + b``. The context holds span ids already sliced to
+    ``(S_local, B)`` (``sequence_parallel_slice``) and gathers per-token rows in that order.
+
+    Losses: KL-to-base and centred logit-L2 are means over a micro-batch's span tokens and over
+    MoE layers (the local backend's ``Objective.data_terms``). Each router attaches
+    ``coefficient / L * loss_l`` like Megatron's own load-balancing loss; under sequence
+    parallelism a rank holds ``sum over its span tokens / span tokens of the whole sequence``,
+    and the tensor-parallel all-reduce of the router's gradient (the weight is marked
+    ``sequence_parallel``) sums the ranks' parts into the gradient of the mean.
+    Load balancing and z-loss stay Megatron's own (``moe_router_load_balancing_type``,
+    ``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder).
+    Router-L2 acts on the optimizer's fp32 main parameters (``RouterAnchor``).
     """
 
     rpb_context: MegatronRoutingContext
@@ -358,6 +352,12 @@ def install(model_chunks: Sequence[nn.Module], context: MegatronRoutingContext) 
 
     Raises ``ValueError`` when the prior's ``L`` axis (``context.num_moe_layers``) does not
     match the model's MoE layers, e.g. a pipeline-parallel rank holding only some layers.
+
+    ``install(model_chunks, context)`` swaps the ``__class__`` of every built
+    ``TopKRouter`` to ``PriorBiasedRouter`` (a pre-wrap hook of Megatron-Bridge calls it), so
+    parameters, buffers, state-dict keys, checkpoints and the HF export are those of the stock
+    router. A custom ``forward_step`` refills the shared ``MegatronRoutingContext`` per
+    micro-batch. Without a batch in the context every router routes exactly as stock.
     """
     routers = find_routers(model_chunks)
     if len(routers) != context.num_moe_layers:

@@ -6,9 +6,19 @@ and the modularity Q of §2 of the paper.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["LOUVAIN_MAX_LEVEL", "canonical_labels", "leiden", "louvain", "modularities", "modularity"]
+__all__ = [
+    "LOUVAIN_MAX_LEVEL",
+    "Detector",
+    "canonical_labels",
+    "leiden",
+    "louvain",
+    "modularities",
+    "modularity",
+]
 
 # F.9 caps Louvain at "a maximum of 100 iterations" (config probe.detector.max_iterations); the
 # default of `louvain`'s max_level, see there for how it maps to networkx.
@@ -210,3 +220,28 @@ def modularities(w: np.ndarray, labels: np.ndarray, resolution: float = 1.0) -> 
     with np.errstate(divide="ignore", invalid="ignore"):
         q = within / two_m - resolution * np.sum((strength / two_m[:, None]) ** 2, axis=1)
     return np.where(two_m > 0, q, np.nan)
+
+
+@dataclass(frozen=True)
+class Detector:
+    """Community detection settings (F.9): algorithm, resolution gamma, seed, edge fraction rho.
+
+    ``tolerance`` and ``max_iterations`` are Louvain's stopping rule (config
+    ``probe.detector.tolerance`` / ``max_iterations``: dQ < 1e-6 or at most 100 levels, see
+    `louvain`); Leiden runs to convergence at otherwise matched parameters.
+    """
+
+    name: str = "louvain"
+    resolution: float = 1.0
+    seed: int = 0
+    tolerance: float = 1e-6
+    rho: float = 0.10
+    max_iterations: int = LOUVAIN_MAX_LEVEL
+
+    def detect(self, w: np.ndarray) -> np.ndarray:
+        """Canonical (E,) labels of one thresholded layer graph."""
+        if self.name == "louvain":
+            return louvain(w, self.resolution, self.seed, self.tolerance, self.max_iterations)
+        if self.name == "leiden":
+            return leiden(w, self.resolution, self.seed)
+        raise ValueError(f"unknown detector {self.name!r} (louvain or leiden)")

@@ -1,10 +1,9 @@
-"""Local (transformers, single-process) training backend for post-training and toy-base pretraining.
+"""The ``train`` stage: post-train one (model, corpus, condition, seed) on either backend.
 
-* ``batches``: encode (prompt, answer) rows, labels, deterministic epoch order, micro-batches.
-* ``objective``: what a registry condition adds to cross-entropy (router hook, auxiliary terms).
-* ``loop``: the optimisation loop (AdamW, warmup + cosine, accumulation, clipping, JSON-lines log).
-* ``checkpoint``: atomic resume checkpoints next to the run's output.
-* ``cli``: ``python -m workflow_scripts train run``.
+* ``cli``: ``python -m workflow_scripts train run`` (the local transformers backend, whose loop
+  lives in :mod:`workflow_scripts.modeling`) and the ``megatron-*`` commands.
+* ``condition``: the run's ``Objective`` and prior meta, built the same way by both backends.
+* ``megatron``: the cluster backend (Megatron-Bridge); see its package docstring.
 
 Importing this package is cheap; the submodules import torch.
 """

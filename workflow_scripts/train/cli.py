@@ -22,31 +22,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.atomic import write_json
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.layout import PRIOR_VALIDATION
+from workflow_scripts.train.condition import objective_for
 
 
 def train_config(training: Mapping[str, Any]) -> Any:
-    """The ``training`` config section as a ``TrainConfig``; settings the hf backend lacks are errors."""
-    from workflow_scripts.train.batches import LABEL_MODES
-    from workflow_scripts.train.loop import TrainConfig
+    """The ``training`` slice (the schema's required keys, validated) as a ``TrainConfig``: the one
+    builder of that slice here; settings the hf backend lacks are errors."""
+    from workflow_scripts.modeling.batches import LABEL_MODES
+    from workflow_scripts.modeling.loop import TrainConfig
 
-    backend = training.get("backend")
+    backend = training["backend"]
     if backend != "hf":
         raise UserInputError(f"training.backend is {backend!r}; this command is the local backend 'hf'")
-    if training.get("packing", False):
+    if training["packing"]:
         raise UserInputError("training.packing: true is not supported by the hf backend (rows are padded)")
-    if training.get("precision", "fp32") != "fp32":
+    if training["precision"] != "fp32":
         raise UserInputError(f"training.precision {training['precision']!r}: the hf backend trains in fp32")
-    if training.get("loss_on", "answer") not in LABEL_MODES:
+    if training["loss_on"] not in LABEL_MODES:
         raise UserInputError(
             f"training.loss_on must be one of {list(LABEL_MODES)}, got {training['loss_on']!r}"
         )
-    optimizer = training.get("optimizer", {})
+    optimizer = training["optimizer"]
     schedule = training["schedule"]
-    if optimizer.get("name", "adam") not in ("adam", "adamw"):
+    if optimizer["name"] not in ("adam", "adamw"):
         raise UserInputError(f"training.optimizer.name {optimizer['name']!r}: the hf backend runs AdamW")
-    if schedule.get("name", "cosine") != "cosine":
+    if schedule["name"] != "cosine":
         raise UserInputError(
             f"training.schedule.name {schedule['name']!r}: the hf backend runs warmup + cosine"
         )
@@ -57,23 +61,13 @@ def train_config(training: Mapping[str, Any]) -> Any:
         lr_max=float(schedule["lr_max"]),
         lr_min=float(schedule["lr_min"]),
         warmup_steps=int(schedule["warmup_steps"]),
-        beta1=float(optimizer.get("beta1", 0.9)),
-        beta2=float(optimizer.get("beta2", 0.95)),
-        weight_decay=float(optimizer.get("weight_decay", 0.1)),
-        grad_clip=float(optimizer.get("grad_clip", 1.0)),
-        label_mode=training.get("loss_on", "answer"),
-        checkpoint_every_steps=int(training.get("checkpoint_every_steps", 0)),
+        beta1=float(optimizer["beta1"]),
+        beta2=float(optimizer["beta2"]),
+        weight_decay=float(optimizer["weight_decay"]),
+        grad_clip=float(optimizer["grad_clip"]),
+        label_mode=training["loss_on"],
+        checkpoint_every_steps=int(training["checkpoint_every_steps"]),
     )
-
-
-def expert_bias_update_rate(training: Mapping[str, Any]) -> float:
-    """``training.expert_bias_update_rate`` (Megatron's ``moe_router_bias_update_rate``; default 1e-3)."""
-    from workflow_scripts.train.objective import DEFAULT_EXPERT_BIAS_UPDATE_RATE
-
-    rate = training.get("expert_bias_update_rate", DEFAULT_EXPERT_BIAS_UPDATE_RATE)
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
-        raise UserInputError(f"training.expert_bias_update_rate must be a number >= 0, got {rate!r}")
-    return float(rate)
 
 
 def _seed_everything(seed: int) -> None:
@@ -90,7 +84,7 @@ def shuffle_record(args: argparse.Namespace) -> dict[str, Any] | None:
     """The shuffle's record (``--shuffle-record``, else ``prior_validation.json`` beside the prior)."""
     path = args.shuffle_record
     if path is None:
-        sibling = Path(args.prior).parent / "prior_validation.json"
+        sibling = Path(args.prior).parent / PRIOR_VALIDATION
         if not sibling.is_file():
             return None
         path = sibling
@@ -100,42 +94,16 @@ def shuffle_record(args: argparse.Namespace) -> dict[str, Any] | None:
         raise UserInputError(f"--shuffle-record {path}: {error}") from error
 
 
-def objective_for(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """The condition's ``Objective`` (both backends) and the prior's meta.json (``{}`` without a prior)."""
-    from workflow_scripts.routing.core import DEFAULT_CLIP_C, DEFAULT_CLIP_EPS
-    from workflow_scripts.train.objective import Objective
-
-    if (args.prior is None) != (args.prior_meta is None):
-        raise UserInputError("--prior and --prior-meta go together")
-    meta = json.loads(Path(args.prior_meta).read_text()) if args.prior_meta else {}
-    try:
-        objective = Objective.from_condition(
-            args.condition,
-            float(meta.get("clip_eps", DEFAULT_CLIP_EPS)),
-            float(meta.get("clip_c", DEFAULT_CLIP_C)),
-            args.bias_in_gate_weights == "true",
-            expert_bias_update_rate(args.training),
-        )
-    except ValueError as error:
-        raise UserInputError(f"--condition: {error}") from error
-    if objective.needs_prior != (args.prior is not None):
-        need = "needs" if objective.needs_prior else "reads no"
-        raise UserInputError(
-            f"intervention {objective.intervention!r} {need} prior (--prior given: {args.prior})"
-        )
-    return objective, meta
-
-
 def run_train(args: argparse.Namespace) -> None:
     """Load the base, train under the condition, save the hook-free checkpoint and the log."""
     import pandas as pd
 
+    from workflow_scripts.file_formats.prior import check_prior_file, check_prior_matches, load_prior
+    from workflow_scripts.modeling import checkpoint
+    from workflow_scripts.modeling.batches import encode_rows, rows_without_answer
+    from workflow_scripts.modeling.loop import train, write_log
     from workflow_scripts.modeling.toy import load_local, save_toy_base
-    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches, load_prior
     from workflow_scripts.routing.hf import find_gates
-    from workflow_scripts.train import checkpoint
-    from workflow_scripts.train.batches import encode_rows, rows_without_answer
-    from workflow_scripts.train.loop import train, write_log
 
     config = train_config(args.training)
     objective, meta = objective_for(args)
@@ -177,7 +145,7 @@ RUN_SETTINGS = ("condition", "training", "seed", "bias_in_gate_weights")
 
 def resume_key(args: argparse.Namespace, inputs: tuple[str, ...]) -> str:
     """The run key of both backends: the condition's settings and seed, and the named inputs' contents."""
-    from workflow_scripts.train.run_key import run_key
+    from workflow_scripts.modeling.run_key import run_key
 
     return run_key({k: getattr(args, k) for k in RUN_SETTINGS}, {k: getattr(args, k) for k in inputs})
 
@@ -240,10 +208,10 @@ def _claim(args: argparse.Namespace) -> None:
     Runs in one process before the launch, so that no rank hashes tens of GB (or every rank
     the base) while the others wait in a process group whose timeout is minutes.
     """
-    from workflow_scripts.priors.compute import check_prior_file, check_prior_matches
-    from workflow_scripts.provenance.verify import verify_inputs
+    from workflow_scripts.file_formats.prior import check_prior_file, check_prior_matches
+    from workflow_scripts.modeling.run_key import key_of
+    from workflow_scripts.records.verify import verify_inputs
     from workflow_scripts.train.megatron.resume import claim, record_digests
-    from workflow_scripts.train.run_key import key_of
 
     _, meta = objective_for(args)  # a wrong condition or prior fails here, before any rank starts
     digests = verify_inputs(_given_inputs(args), digest_all=True)
@@ -257,8 +225,11 @@ def _claim(args: argparse.Namespace) -> None:
         check_prior_matches(meta, args.split, args.hf_base, template, split_sha256, model_sha256)
         check_prior_file(meta, args.prior, args.condition.get("prior"), shuffle_record(args))
     settings = {k: getattr(args, k) for k in RUN_SETTINGS}
-    claim(Path(args.work), key_of(settings, {name: digests.get(name) for name in MEGATRON_INPUTS}))
+    key = key_of(settings, {name: digests.get(name) for name in MEGATRON_INPUTS})
+    claim(Path(args.work), key)
     record_digests(Path(args.work), digests)
+    if args.out:  # the workflow's record that the claim ran (rules/train.smk megatron_claim)
+        write_json(args.out, {"work": args.work, "key": key, "digests": digests})
 
 
 def _claimed_digests(args: argparse.Namespace) -> dict[str, Any]:
@@ -326,6 +297,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "bind a Megatron run's work folder to its settings and inputs, discarding one of another run",
     )
     _megatron_inputs(claim)
+    claim.add_argument("--out", help="claim record (JSON): work folder, run key, input digests")
 
     launch = add_command(
         commands,

@@ -1,29 +1,9 @@
 """Test one LiveBench coding answer the way LiveCodeBench does; a standalone program for the sandbox.
 
-``coding_tasks`` sends this file's source to the sandbox as the program to run, and the answer and
-its tests on stdin as one JSON object::
-
-    {"code": str, "fn_name": str | null, "inputs": [str], "outputs": [str], "timeout_s": float,
-     "token": str}
-
-It writes one JSON line, ``{"passed": k, "total": n, "failure": str | null, "token": str}``
-(the job's token, so the grader can tell its verdict from one the answer wrote): tests run in order
-and stop at the first failure, as in LiveCodeBench's ``run_test`` (livebench/lcb_runner). The
-semantics that decide scores are LiveCodeBench's:
-
-- the answer runs after a prelude of star imports (``from math import *`` ...), so a solution that
-  forgot an import of the standard library still works;
-- stdin problems (no ``fn_name``): a trailing ``if __name__ == '__main__':`` block is unwrapped,
-  top-level statements other than imports become the body of one function, called once per test
-  with ``sys.stdin`` (and ``open``) serving the test input and ``sys.stdout`` captured; outputs
-  match when they have the same stripped lines, each equal as text or as a row of decimals;
-- functional problems: the named method of ``Solution()`` (or the module-level function) is
-  called with one JSON value per input line; the result (a tuple as a list) must equal the JSON
-  expected output;
-- each test (and loading the answer) has ``timeout_s`` seconds.
-
-Standard library only (it runs with ``python -I``); the answer's writes to the real stdout go to
-/dev/null so that only this program writes the verdict.
+``coding_tasks`` sends this file's source to the sandbox as the program, and the answer and its
+tests on stdin (``main``). The semantics that decide scores are LiveCodeBench's ``run_test``
+(livebench/lcb_runner): a prelude of star imports, tests in order up to the first failure,
+``timeout_s`` seconds per test. Standard library only: it runs with ``python -I``.
 """
 
 from __future__ import annotations
@@ -186,7 +166,13 @@ def _failure(kind: str, index: int, error: BaseException | None = None) -> str:
 def run_stdin_tests(
     code: str, inputs: list[str], outputs: list[str], seconds: float
 ) -> tuple[int, str | None]:
-    """Run a stdin program on each test in order; the number passed and the first failure."""
+    """Run a stdin program on each test in order; the number passed and the first failure.
+
+    As LiveCodeBench: a trailing ``if __name__ == '__main__':`` block is unwrapped,
+    top-level statements other than imports become the body of one function, called once per test
+    with ``sys.stdin`` (and ``open``) serving the test input and ``sys.stdout`` captured; outputs
+    match when they have the same stripped lines, each equal as text or as a row of decimals.
+    """
     load_stdin = io.StringIO("")
     saved_stdin, sys.stdin = sys.stdin, load_stdin
     try:
@@ -212,7 +198,12 @@ def run_stdin_tests(
 def run_functional_tests(
     code: str, fn_name: str, inputs: list[str], outputs: list[str], seconds: float
 ) -> tuple[int, str | None]:
-    """Call the answer's ``fn_name`` on each test in order; the number passed and the first failure."""
+    """Call the answer's ``fn_name`` on each test in order; the number passed and the first failure.
+
+    As LiveCodeBench: the named method of ``Solution()`` (or the module-level function) is
+    called with one JSON value per input line; the result (a tuple as a list) must equal the JSON
+    expected output.
+    """
     try:
         program = load_program(PRELUDE + "\n\n" + code, seconds)
         method = getattr(program, fn_name)
@@ -236,7 +227,20 @@ def run_functional_tests(
 
 
 def main() -> None:
-    """Read the job from stdin, run its tests, write the verdict line, exit at once."""
+    """Read the job from stdin, run its tests, write the verdict line, exit at once.
+
+    ``coding_tasks`` sends this file's source to the sandbox as the program to run, and the answer and
+    its tests on stdin as one JSON object::
+
+        {"code": str, "fn_name": str | null, "inputs": [str], "outputs": [str], "timeout_s": float,
+         "token": str}
+
+    It writes one JSON line, ``{"passed": k, "total": n, "failure": str | null, "token": str}``
+    (the job's token, so the grader can tell its verdict from one the answer wrote): tests run in order
+    and stop at the first failure, as in LiveCodeBench's ``run_test`` (livebench/lcb_runner).
+
+    The answer's writes to the real stdout go to /dev/null, so only this program writes the verdict.
+    """
     job = json.loads(sys.stdin.read())
     verdict_fd = os.dup(1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)

@@ -122,8 +122,8 @@ def run_megatron(args: argparse.Namespace) -> None:
     from megatron.bridge.training.finetune import finetune
     from transformers import AutoTokenizer
 
-    from workflow_scripts.priors.compute import load_prior
-    from workflow_scripts.train.cli import objective_for
+    from workflow_scripts.file_formats.prior import load_prior
+    from workflow_scripts.train.condition import objective_for
     from workflow_scripts.train.megatron.dataset import bridge_chat_template
     from workflow_scripts.train.megatron.spans import span_table
     from workflow_scripts.train.megatron.step import make_forward_step, routing_context

@@ -3,8 +3,9 @@
 Megatron-Bridge saves ``<save>/iter_NNNNNNN/`` (distributed-checkpoint shards with their
 ``.metadata``; then, by rank 0 after a barrier that follows the shard write, ``train_state.pt``,
 ``<save>/latest_checkpointed_iteration.txt`` and last ``run_config.yaml``, which export reads
-to rebuild the model). A job killed mid-save leaves a folder without one of the three: it is
-never resumed from. ``latest_complete`` picks the newest complete iteration, which the entry
+to rebuild the model). A job killed mid-save leaves a folder without one of the three, or with
+a ``run_config.yaml`` that rank 0 was still writing in place (empty or cut): it is never
+resumed from. ``latest_complete`` picks the newest complete iteration, which the entry
 point passes to Bridge as ``checkpoint.ckpt_step``, so the choice does not rest on the tracker
 file alone.
 Every start appends the iteration it resumed from to ``resume_log.json`` in the run's work
@@ -26,12 +27,14 @@ from typing import Any
 
 from workflow_scripts.atomic import write_json, write_text
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.train.run_key import differing_fields
+from workflow_scripts.modeling.run_key import differing_fields
 
 TRACKER = "latest_checkpointed_iteration.txt"
 KEY_FILE = "run_key.json"
 DIGESTS_FILE = "input_digests.json"
 COMPLETE_MARKERS = (".metadata", "train_state.pt", "run_config.yaml")
+#: The section Bridge's ``ConfigContainer.to_yaml`` writes last (its sections sorted by name).
+LAST_CONFIG_SECTION = "validation"
 _ITERATION = re.compile(r"^iter_(\d{7})$")
 
 
@@ -40,8 +43,31 @@ def iteration_dir(save: Path, iteration: int) -> Path:
 
 
 def is_complete(folder: Path) -> bool:
-    """Whether an ``iter_*`` folder holds a whole checkpoint (every marker file present)."""
-    return all((folder / marker).is_file() for marker in COMPLETE_MARKERS)
+    """Whether an ``iter_*`` folder holds a whole checkpoint: every marker, a whole run config."""
+    return all((folder / marker).is_file() for marker in COMPLETE_MARKERS) and run_config_complete(
+        folder / "run_config.yaml"
+    )
+
+
+def run_config_complete(path: Path) -> bool:
+    """Whether Bridge finished writing ``run_config.yaml``, which it writes in place, not atomically.
+
+    A resume reads the model's config from it: an empty file (a kill right after it was
+    opened) stops every restart of the job with ``'NoneType' object has no attribute 'get'``.
+    Complete: newline-terminated YAML whose mapping holds ``model`` and the last section.
+    """
+    import yaml
+
+    text = Path(path).read_text(errors="replace")
+    if not text.endswith("\n"):
+        return False
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return (
+        isinstance(config, dict) and isinstance(config.get("model"), dict) and LAST_CONFIG_SECTION in config
+    )
 
 
 def latest_complete(save: Path) -> int | None:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.modeling.objective import Objective
 from workflow_scripts.registry import total_steps
-from workflow_scripts.train.objective import Objective
 
 
 def router_settings(objective: Objective) -> dict[str, Any]:

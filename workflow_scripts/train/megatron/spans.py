@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from workflow_scripts.modeling.batches import NO_SPAN
 from workflow_scripts.modeling.tokenizer import answer_span_mask
-from workflow_scripts.train.batches import NO_SPAN
 
 #: The metadata key of a chat-dataset row that holds its row id in the split (and the prior).
 ROW_ID_KEY = "prior_row"

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workflow_scripts.modeling.objective import Objective
 from workflow_scripts.routing.megatron import (
     MegatronRoutingContext,
     aux_loss_correction,
@@ -40,7 +41,6 @@ from workflow_scripts.train.megatron.spans import (
     padding_mask,
     row_ids,
 )
-from workflow_scripts.train.objective import Objective
 
 
 def routing_context(objective: Objective, num_moe_layers: int) -> MegatronRoutingContext:

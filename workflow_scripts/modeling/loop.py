@@ -1,20 +1,8 @@
 """The optimisation loop shared by post-training and the toy bases' brief pretraining.
 
-One optimizer step = one global batch = gradient accumulation over its micro-batches.
-Normalisation across accumulation: the cross-entropy is the mean over the label tokens of
-the whole global batch (each micro-batch contributes its summed token loss divided by the
-global batch's label-token count), so the gradient equals that of one unsplit batch; each
-data-dependent auxiliary term is the mean of its micro-batch values (as Megatron averages
-per-micro-batch aux losses); Router-L2 is added once per step.
-
-Expert (correction) bias: for a model whose gates carry ``e_score_correction_bias``
-(deepseek_v3) and an objective with ``expert_bias_update_rate > 0``, the bias of every MoE
-layer is updated once per optimizer step from the step's routing counts (tokens of the
-whole global batch, padding excluded, routed to each expert by the gate's actual
-selection), as Megatron-Core does in ``finalize_model_grads``
-(``routing.core.expert_bias_update``). The bias is a persistent buffer, so resume
-checkpoints (the model state dict) and the saved checkpoint carry it. With rate 0 (RPB and
-its variants, Appendix F.6) the loop checks that it did not change.
+AdamW with warmup + cosine, gradient accumulation normalised so that a step's gradient equals
+that of one unsplit global batch, clipping, the expert-bias update rule of Megatron-Core, and
+a JSON-lines log; ``train`` has the details.
 """
 
 from __future__ import annotations
@@ -35,11 +23,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workflow_scripts.atomic import write_text
+from workflow_scripts.modeling import checkpoint
+from workflow_scripts.modeling.batches import IGNORE_INDEX, BatchPlan, Example, MicroBatch, collate
+from workflow_scripts.modeling.objective import Objective, routing_statistics
 from workflow_scripts.routing.core import expert_bias_update
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates, gate_architecture
-from workflow_scripts.train import checkpoint
-from workflow_scripts.train.batches import IGNORE_INDEX, BatchPlan, Example, MicroBatch, collate
-from workflow_scripts.train.objective import Objective, routing_statistics
 
 _CORRECTION_BIAS = "e_score_correction_bias"
 
@@ -137,6 +125,22 @@ def train(
     With ``resume_dir`` a checkpoint is written every ``config.checkpoint_every_steps``
     steps and the newest one of the same ``run_key`` is resumed from. The routing hook is
     attached for the run (it also records the unbiased router logits) and detached after.
+
+    One optimizer step = one global batch = gradient accumulation over its micro-batches.
+    Normalisation across accumulation: the cross-entropy is the mean over the label tokens of
+    the whole global batch (each micro-batch contributes its summed token loss divided by the
+    global batch's label-token count), so the gradient equals that of one unsplit batch; each
+    data-dependent auxiliary term is the mean of its micro-batch values (as Megatron averages
+    per-micro-batch aux losses); Router-L2 is added once per step.
+
+    Expert (correction) bias: for a model whose gates carry ``e_score_correction_bias``
+    (deepseek_v3) and an objective with ``expert_bias_update_rate > 0``, the bias of every MoE
+    layer is updated once per optimizer step from the step's routing counts (tokens of the
+    whole global batch, padding excluded, routed to each expert by the gate's actual
+    selection), as Megatron-Core does in ``finalize_model_grads``
+    (``routing.core.expert_bias_update``). The bias is a persistent buffer, so resume
+    checkpoints (the model state dict) and the saved checkpoint carry it. With rate 0 (RPB and
+    its variants, Appendix F.6) the loop checks that it did not change.
     """
     torch.manual_seed(seed)
     np.random.seed(seed)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.provenance import path_digest
+from workflow_scripts.records import path_digest
 
 RECORD_PATTERN = "*provenance*.json"
 

@@ -1,24 +1,8 @@
 """Readers that turn a raw source parquet into one normalised frame.
 
-Every source format ends up as the same columns, so scoring and selection never
-see a source schema:
-
-- ``row_id`` (int64): position of the row in the source file; stable, so the
-  selected rows can always be traced back to the snapshot.
-- ``source_id`` (str): the dataset's own row identifier (``id`` or ``uuid``).
-- ``prompt_raw`` (str): the first user turn, ``""`` when there is none.
-- ``answer_raw`` (str): the first assistant turn after that user turn, with its
-  reasoning channel still in place; ``""`` when there is none.
-- ``has_assistant`` (bool): whether that assistant turn exists.
-
-Turns are picked with Arrow list kernels (flatten, parent indices, masks), one
-record batch at a time so that a string column larger than 2 GiB never has to
-be combined into a single array.
-
-Text enters clean: a row whose id or any turn's role or text holds a NUL byte or
-is not valid UTF-8 (undecodable bytes, an encoded lone surrogate) is dropped here,
-with the raw file and its row ids on stderr, rather than failing later with an
-Arrow error that names a downstream file.
+Every source format ends up as the same columns (``read_source``), so scoring and selection
+never see a source schema; ``row_id`` keeps each row traceable to the snapshot. Rows whose text
+is not clean (NUL bytes, invalid UTF-8) are dropped here, naming the file and row ids.
 """
 
 from __future__ import annotations
@@ -109,7 +93,13 @@ def _bad_values(values: pa.Array) -> np.ndarray:
 
 
 def invalid_text_rows(batch: pa.RecordBatch, spec: SourceFormat) -> np.ndarray:
-    """Per row of ``batch``: whether its id or any turn's role or text is not clean text."""
+    """Per row of ``batch``: whether its id or any turn's role or text is not clean text.
+
+    A row whose id or any turn's role or text holds a NUL byte or
+    is not valid UTF-8 (undecodable bytes, an encoded lone surrogate) is dropped here,
+    with the raw file and its row ids on stderr, rather than failing later with an
+    Arrow error that names a downstream file.
+    """
     turns = batch.column(spec.turns_column)
     flat = pc.list_flatten(turns)
     parents = pc.list_parent_indices(turns).to_numpy()
@@ -167,7 +157,22 @@ def text_column(series: pd.Series) -> pa.ChunkedArray:
 
 
 def read_source(path: str | Path, fmt: str) -> pd.DataFrame:
-    """Read ``path`` in source format ``fmt`` into the normalised frame described above."""
+    """Read ``path`` in source format ``fmt`` into one normalised frame.
+
+    Columns:
+
+    - ``row_id`` (int64): position of the row in the source file; stable, so the
+      selected rows can always be traced back to the snapshot.
+    - ``source_id`` (str): the dataset's own row identifier (``id`` or ``uuid``).
+    - ``prompt_raw`` (str): the first user turn, ``""`` when there is none.
+    - ``answer_raw`` (str): the first assistant turn after that user turn, with its
+      reasoning channel still in place; ``""`` when there is none.
+    - ``has_assistant`` (bool): whether that assistant turn exists.
+
+    Turns are picked with Arrow list kernels (flatten, parent indices, masks), one
+    record batch at a time so that a string column larger than 2 GiB never has to
+    be combined into a single array.
+    """
     path = Path(path)
     if fmt not in FORMATS:
         raise UserInputError(f"{path}: unknown source format '{fmt}' (expected one of {sorted(FORMATS)})")

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from workflow_scripts.atomic import atomic_path
-from workflow_scripts.train.run_key import differing_fields
+from workflow_scripts.modeling.run_key import differing_fields
 
 _PATTERN = "step_*.pt"
 

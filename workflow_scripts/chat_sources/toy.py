@@ -1,17 +1,12 @@
 """Toy raw sources: rows in the real source schemas, for the toy-scale pipeline and the tests.
 
-``generate(fmt, subset, rows, seed, bad_fraction)`` returns a table laid out like
-the hub dataset (GLM-5.1-Reasoning-1M-Cleaned ``main``/``Math`` or
-OpenR1-Math-220k ``default``), so the same reader and scorer run at both
-scales. Answers carry a ``<think>...</think>`` reasoning channel before the
-final completion, in three domains built from the task families of ``toy_tasks``
-(math: sums with a ``\\boxed`` answer; code: functions and standard-input programs
-in a fenced block; general: multiple-choice questions, truth-teller chains and
-prose), each answer stating its result first. A
-``bad_fraction`` share of rows is damaged, cycling through every hard penalty
-of the scorer and two out-of-band lengths (BAD_KINDS), so a build always has
-to remove something. All randomness comes from one numpy Generator seeded
-with ``seed``: the same arguments give the same table.
+``generate(fmt, subset, rows, seed, bad_fraction)`` returns a table laid out like the hub
+dataset (GLM-5.1-Reasoning-1M-Cleaned ``main``/``Math`` or OpenR1-Math-220k ``default``), so the
+same reader and scorer run at both scales. Answers carry a ``<think>...</think>`` channel before
+a final completion built from the task families of ``workflow_scripts.toy_tasks``; a
+``bad_fraction`` share of rows is damaged, cycling through every hard penalty of the scorer and two
+out-of-band lengths (``BAD_KINDS``), so a build always has something to remove. One seeded numpy
+Generator: the same arguments give the same table.
 """
 
 from __future__ import annotations
@@ -21,7 +16,8 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from workflow_scripts.data.toy_tasks import (
+from workflow_scripts.errors import UserInputError
+from workflow_scripts.toy_tasks import (
     draw_choice,
     draw_function,
     draw_list,
@@ -29,7 +25,6 @@ from workflow_scripts.data.toy_tasks import (
     draw_sum,
     draw_truth_chain,
 )
-from workflow_scripts.errors import UserInputError
 
 # Share of each domain per (format, subset).
 SUBSETS: dict[tuple[str, str], dict[str, float]] = {

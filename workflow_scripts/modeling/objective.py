@@ -1,45 +1,9 @@
-"""What a registry condition adds to the cross-entropy of post-training.
+"""What a registry condition adds to the cross-entropy of post-training, for both backends.
 
-An ``Objective`` says which gate override to attach (RPB: soft with ``beta``; RPB-hard:
-hard; the shuffled-prior controls are the same interventions with another prior file)
-and computes the auxiliary terms from the per-layer UNBIASED router logits the recorder
-of ``workflow_scripts.routing.hf`` keeps.
-
-Combining layers. ``load_balancing`` and ``z_loss`` are SUMMED over the MoE layers, each
-layer's value times the coefficient, as Megatron-Core does: every ``TopKRouter`` attaches
-its own ``coeff * loss`` to its activations through ``MoEAuxLossAutoScaler``
-(``router.py``: ``attach_and_log_load_balancing_loss``, ``apply_z_loss``), whose backward
-injects a gradient of 1 (times the micro-batch scale) for each layer, so the layers' losses
-add up; the coefficient is not divided by the number of layers (core 0.16.1, 0.19.0 and
-0.20; the only divisions are by ``mtp_num_layers`` for repeated MTP layers and, for the
-z-loss, by the TP x CP size over which the tokens are split). Megatron's LOGGED
-``load_balancing_loss`` / ``z_loss`` is the layer mean (``track_moe_metrics``: sum over
-layers / number of MoE layers, without the coefficient); this backend logs the sum that
-enters the loss. ``kl_base`` and ``logit_l2`` (§3.3, paper-specific, no Megatron
-counterpart) are means over MoE layers, like Router-L2's ``mean_l`` of eq. (5).
-
-* ``load_balancing`` (coefficient): ``routing.core.load_balancing_loss`` on the router
-  probabilities (softmax of the logits; for the sigmoid router of deepseek_v3 the sigmoid
-  scores normalised over experts) and their plain top-k, as Megatron-Core counts it
-  (``compute_routing_scores_for_aux_loss``: no expert bias, no group limit), so the two
-  backends give the same loss even where the correction bias changes the selection.
-* ``kl_base`` / ``logit_l2`` (coefficient): against the RAW prior rows of each token's
-  span; tokens without a span are left out.
-* ``z_loss`` (coefficient).
-* ``router_l2`` (lambda): gate weights against an fp32 snapshot of the frozen base.
-
-Correction bias. Routers with an expert (correction) bias, the deepseek_v3 gate's
-``e_score_correction_bias`` (Moonlight), keep the auxiliary-loss-free bias-update rule
-during post-training, as Megatron-Bridge's Moonlight provider does
-(``moe_router_enable_expert_bias=True``, ``moe_router_bias_update_rate=1e-3``):
-``expert_bias_update_rate`` is the rate (``training.expert_bias_update_rate``), applied once
-per optimizer step by the loop (``routing.core.expert_bias_update``). transformers has no
-such rule, so without the loop the bias would stay frozen.
-
-RPB and RPB-hard (and the shuffled-prior controls built on them) disable both the
-load-balancing term and the bias-update rule (Appendix F.6: the prior is the only
-router-side signal): ``disables_router_balancing`` is that one rule; ``from_condition``
-zeroes the update rate for them and constructing an RPB objective with either raises.
+An ``Objective`` says which gate override to attach (RPB soft with ``beta``, RPB-hard) and
+computes the auxiliary terms from the per-layer UNBIASED router logits. Layers combine as
+Megatron-Core combines them, so the local and Megatron backends train on the same loss
+(``Objective`` has the details).
 """
 
 from __future__ import annotations
@@ -59,8 +23,6 @@ ROUTING_MODES = {"rpb": "soft", "rpb_hard": "hard"}
 DATA_TERMS = ("load_balancing", "kl_base", "logit_l2", "z_loss")
 #: Data terms summed over MoE layers (Megatron attaches them per layer); the others are layer means.
 LAYER_SUMMED_TERMS = ("load_balancing", "z_loss")
-#: Megatron-Core's ``moe_router_bias_update_rate`` default (``transformer_config.py``; DeepSeek-V3's).
-DEFAULT_EXPERT_BIAS_UPDATE_RATE = 1e-3
 
 
 def disables_router_balancing(intervention: str) -> bool:
@@ -83,7 +45,44 @@ def router_probabilities(architecture: str, logits: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Objective:
-    """Hook mode and auxiliary coefficients of one training condition (0 = term absent)."""
+    """Hook mode and auxiliary coefficients of one training condition (0 = term absent).
+
+    Combining layers. ``load_balancing`` and ``z_loss`` are SUMMED over the MoE layers, each
+    layer's value times the coefficient, as Megatron-Core does: every ``TopKRouter`` attaches
+    its own ``coeff * loss`` to its activations through ``MoEAuxLossAutoScaler``
+    (``router.py``: ``attach_and_log_load_balancing_loss``, ``apply_z_loss``), whose backward
+    injects a gradient of 1 (times the micro-batch scale) for each layer, so the layers' losses
+    add up; the coefficient is not divided by the number of layers (core 0.16.1, 0.19.0 and
+    0.20; the only divisions are by ``mtp_num_layers`` for repeated MTP layers and, for the
+    z-loss, by the TP x CP size over which the tokens are split). Megatron's LOGGED
+    ``load_balancing_loss`` / ``z_loss`` is the layer mean (``track_moe_metrics``: sum over
+    layers / number of MoE layers, without the coefficient); this backend logs the sum that
+    enters the loss. ``kl_base`` and ``logit_l2`` (§3.3, paper-specific, no Megatron
+    counterpart) are means over MoE layers, like Router-L2's ``mean_l`` of eq. (5).
+
+    * ``load_balancing`` (coefficient): ``routing.core.load_balancing_loss`` on the router
+      probabilities (softmax of the logits; for the sigmoid router of deepseek_v3 the sigmoid
+      scores normalised over experts) and their plain top-k, as Megatron-Core counts it
+      (``compute_routing_scores_for_aux_loss``: no expert bias, no group limit), so the two
+      backends give the same loss even where the correction bias changes the selection.
+    * ``kl_base`` / ``logit_l2`` (coefficient): against the RAW prior rows of each token's
+      span; tokens without a span are left out.
+    * ``z_loss`` (coefficient).
+    * ``router_l2`` (lambda): gate weights against an fp32 snapshot of the frozen base.
+
+    Correction bias. Routers with an expert (correction) bias, the deepseek_v3 gate's
+    ``e_score_correction_bias`` (Moonlight), keep the auxiliary-loss-free bias-update rule
+    during post-training, as Megatron-Bridge's Moonlight provider does
+    (``moe_router_enable_expert_bias=True``, ``moe_router_bias_update_rate=1e-3``):
+    ``expert_bias_update_rate`` is the rate (``training.expert_bias_update_rate``), applied once
+    per optimizer step by the loop (``routing.core.expert_bias_update``). transformers has no
+    such rule, so without the loop the bias would stay frozen.
+
+    RPB and RPB-hard (and the shuffled-prior controls built on them) disable both the
+    load-balancing term and the bias-update rule (Appendix F.6: the prior is the only
+    router-side signal): ``disables_router_balancing`` is that one rule; ``from_condition``
+    zeroes the update rate for them and constructing an RPB objective with either raises.
+    """
 
     intervention: str = "none"
     routing_mode: str | None = None
@@ -180,7 +179,7 @@ class Objective:
         """Unweighted data-dependent terms of one micro-batch, combined over MoE layers.
 
         ``load_balancing`` and ``z_loss`` are sums over the MoE layers (Megatron-Core attaches
-        one loss per layer, see the module notes); ``kl_base`` and ``logit_l2`` are means.
+        one loss per layer, see ``Objective``); ``kl_base`` and ``logit_l2`` are means.
 
         Args:
             logits, indices: per MoE layer, ``(B*T, E)`` unbiased logits and ``(B*T, k)`` selections.

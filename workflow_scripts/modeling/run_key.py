@@ -1,6 +1,6 @@
 """The key a resumable run is bound to: its settings and the contents of its inputs.
 
-Both backends resume only a run of the same key (``train.checkpoint`` for the local one,
+Both backends resume only a run of the same key (``modeling.checkpoint`` for the local one,
 ``train.megatron.resume.claim`` for Megatron's work folder); a kill followed by a change of
 ``train_rows``, the base or the prior then starts fresh instead of continuing old weights.
 """
@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from workflow_scripts.provenance import path_digest
+from workflow_scripts.records import path_digest
 
 
 def run_key(settings: Mapping[str, Any], inputs: Mapping[str, str | os.PathLike[str] | None]) -> str:

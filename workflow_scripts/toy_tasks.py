@@ -1,18 +1,11 @@
 """Toy task families: the skills the toy corpora teach and the toy benchmarks ask for.
 
-A model of a few hundred thousand parameters trained for seconds cannot answer GSM8K or
-MMLU; it can learn a small closed world. At toy scale both sides draw from the same five
-families, with different seeds: the corpora (``data.toy``) pair a task, asked as the
-benchmarks ask it (``task_formats``), with a worked answer that states its result first; the
-benchmarks (``evaluate.toy_benchmarks``) write the task in each benchmark's raw schema for
-the real graders. Every answer a family states is computed here (sums, category
-membership, function outputs, truth values), so a gold answer is never typed by hand.
-
-* ``Sum`` (math): ``a + b`` for digits ``a, b`` in 1..9, as a word problem or bare.
-* ``Choice`` (multiple choice): which option names a member of a category.
-* ``Function`` (code): one of five list/string functions, its body and test values.
-* ``StdinProgram`` (code): a standard-input program over a list of integers.
-* ``TruthChain`` (reasoning): a chain of three truth-tellers and liars.
+A model of a few hundred thousand parameters trained for seconds cannot answer GSM8K or MMLU;
+it can learn a small closed world. Both sides draw from the same five families (``Sum``,
+``Choice``, ``Function``, ``StdinProgram``, ``TruthChain``) with different seeds: the toy
+corpora (``chat_sources.toy``) pair a task with a worked answer, the toy benchmarks
+(``evaluate.toy_benchmarks``) ask it in each benchmark's raw schema. Every answer is computed
+here, so a gold answer is never typed by hand.
 """
 
 from __future__ import annotations
