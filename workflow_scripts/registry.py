@@ -15,6 +15,7 @@ table's inputs.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -450,26 +451,38 @@ def cap_seeds(config: dict[str, Any]) -> None:
                         cell[key] = cell[key][:cap]
 
 
+def _validator_filling_defaults(schema: Mapping[str, Any]) -> Any:
+    """The schema's jsonschema validator class, whose ``properties`` also set absent keys' defaults."""
+    import jsonschema
+
+    base = jsonschema.validators.validator_for(schema)
+
+    def properties(validator: Any, properties: Mapping[str, Any], instance: Any, schema: Any) -> Any:
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from base.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(base, {"properties": properties})
+
+
 def validate_config(config: dict[str, Any], schema: str | Path = SCHEMA) -> None:
     """Validate ``config`` (finite numbers, the JSON schema, then references and values); one-line
     errors naming the key.
 
-    Uses ``snakemake.utils.validate`` (which also fills schema defaults) and
-    rewrites its multi-page jsonschema report into ``config key a.b.c: reason``.
+    Fills the schema's defaults as ``snakemake.utils.validate`` does, with jsonschema alone: the
+    stage environments that load the registry (the eval env's tests) have no Snakemake.
     """
     import jsonschema
-    from snakemake.utils import validate
 
     if found := non_finite_numbers(config):
         key, value = found[0]
         raise RegistryError(f"config key {key}: {value} is not a finite number")
-    try:
-        validate(config, str(schema))
-    except Exception as error:  # snakemake wraps the jsonschema error in a WorkflowError
-        cause = error.__context__
-        if not isinstance(cause, jsonschema.ValidationError):
-            raise
-        best = jsonschema.exceptions.best_match([cause])
+    schema_doc = json.loads(Path(schema).read_text())
+    errors = list(_validator_filling_defaults(schema_doc)(schema_doc).iter_errors(config))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
         path = ".".join(str(part) for part in best.absolute_path) or "(top level)"
         raise RegistryError(f"config key {path}: {best.message}") from None
     try:
