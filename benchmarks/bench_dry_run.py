@@ -2,7 +2,8 @@
 
 The dry run selects the local training backend (``training.backend=hf``) so the DAG holds
 every training, probe and evaluation job. Its wall time is set against a bare Snakefile with
-the same number of jobs (one rule fanned out, no input functions, no registry), timed in
+the same number of jobs and the same profile (one rule fanned out, no input functions, no
+registry), timed in
 alternating pairs so that a machine's changing clock speed hits both alike. Prints the median
 ratio over the pairs (goal <= 1.5) and both median times.
 
@@ -68,6 +69,7 @@ def main() -> None:
             "--dry-run",
             "-s",
             str(bare_file),
+            *("--profile", str(ROOT / "profiles" / "slurm"), "--sdm", "env-modules"),  # as the workflow's
             "--config",
             f"jobs={jobs}",
         ]
