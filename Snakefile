@@ -33,9 +33,11 @@ include: "rules/probe.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
 include: "rules/provenance.smk"
+include: "rules/gates.smk"
 
 
 rule all:
     input:
         all_targets(),
+        GATE_DEFAULT,
     default_target: True

@@ -10,6 +10,9 @@
         --out results/evals/moonlight/base/generations.parquet
     python -m workflow_scripts evaluate score --items ... --generations .../generations.parquet \\
         --run '{"model": "moonlight", ...}' --scores .../scores.parquet --summary .../summary.json
+    python -m workflow_scripts evaluate likelihood --checkpoint results/models/moonlight/base \\
+        --items results/benchmarks/*/items.parquet --routings own global_hard --families '{...}' \\
+        --identity '{...}' --out .../likelihood.parquet --summary .../likelihood.json
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
 
 BACKENDS = ("hf", "vllm")
+# The routings of ``evaluate likelihood`` (evaluate/likelihood.py ROUTINGS; a test holds them equal).
+ROUTINGS = ("own", "own_prior_hard", "global_hard")
 
 
 def _read_parquet(path: str, what: str) -> Any:
@@ -242,6 +247,56 @@ def run_score(args: argparse.Namespace) -> None:
     print(f"score: {len(scores)} generations in {seconds:.1f}s: {line}", file=sys.stderr)
 
 
+def run_likelihood(args: argparse.Namespace) -> None:
+    """Teacher-forced gold-answer log-likelihood of every item, under each requested routing."""
+    import pyarrow as pa
+    import torch
+
+    from workflow_scripts.evaluate.likelihood import (
+        ITEM_LIKELIHOOD_COLUMNS,
+        LIKELIHOOD_VERSION,
+        gold_response,
+        likelihood_rows,
+        summarize,
+    )
+    from workflow_scripts.evaluate.toy_benchmarks import toy_gold_response
+    from workflow_scripts.modeling.toy import load_local
+
+    items = _read_items(args.items)
+    unknown = sorted(set(items["benchmark"]) - set(args.families))
+    if unknown:
+        raise UserInputError(f"--families names no family for benchmarks {unknown}")
+    prompts = _prompts(args.checkpoint, items)
+    model, tokenizer = load_local(args.checkpoint)
+    if torch.cuda.is_available():  # paper scale: one GPU, as the prior pass (profiles/slurm)
+        model = model.to("cuda")
+    started = time.perf_counter()
+    records = [item for _, item in items.iterrows()]
+    try:
+        gold = {"answer_line": gold_response, "toy": toy_gold_response}[args.gold]
+        rows = likelihood_rows(model, tokenizer, records, prompts, args.routings, args.seed, gold)
+    except (TypeError, ValueError) as error:
+        raise UserInputError(f"--checkpoint {args.checkpoint}: {error}") from error
+    table = pa.Table.from_pylist(rows).select(list(ITEM_LIKELIHOOD_COLUMNS))
+    write_parquet(table, args.out)
+    summary = {
+        **args.identity,
+        "version": LIKELIHOOD_VERSION,
+        "metric": "mean log-likelihood per gold-answer token (nats), SE over items",
+        "seed": args.seed,
+        "gold": args.gold,
+        "routings": summarize(rows, args.families),
+    }
+    write_json(args.summary, summary)
+    line = "; ".join(
+        f"{routing}: "
+        + ", ".join(f"{domain} {value['mean']:.3f}" for domain, value in parts["domains"].items())
+        for routing, parts in summary["routings"].items()
+    )
+    seconds = time.perf_counter() - started
+    print(f"likelihood: {len(rows)} item scores in {seconds:.1f}s; {line}", file=sys.stderr)
+
+
 def register(stages: argparse._SubParsersAction) -> None:
     """Add the ``evaluate`` stage and its commands."""
     commands = add_stage(stages, "evaluate", "benchmarks, sampled generations, grading, avg@5 (§4, F.3-F.5)")
@@ -358,3 +413,43 @@ def register(stages: argparse._SubParsersAction) -> None:
     )
     score.add_argument("--scores", required=True, help="output parquet: one score per item and repeat")
     score.add_argument("--summary", required=True, help="output JSON: avg@k per benchmark")
+
+    likelihood = add_command(
+        commands,
+        "likelihood",
+        run_likelihood,
+        "teacher-forced gold-answer log-likelihood per item, under the model's own or an overridden routing",
+        inputs=("checkpoint", "items"),
+        outputs=("out", "summary"),
+    )
+    likelihood.add_argument("--checkpoint", required=True, help="checkpoint directory (base or fine-tuned)")
+    likelihood.add_argument("--items", nargs="+", required=True, help="items parquet files")
+    likelihood.add_argument(
+        "--routings",
+        nargs="+",
+        choices=ROUTINGS,
+        default=["own"],
+        help="own: stock gates; own_prior_hard: every token forced to the top-k of its span's mean "
+        "routing (RPB-hard with the item's own prior); global_hard: the same after a per-layer "
+        "expert permutation (default: own)",
+    )
+    likelihood.add_argument(
+        "--seed", type=int, default=0, help="seed of global_hard's expert permutations (non-negative)"
+    )
+    likelihood.add_argument(
+        "--gold",
+        choices=("answer_line", "toy"),
+        default="answer_line",
+        help="gold response: the template's final answer line (any scale) or the toy corpora's "
+        "worked response (toy benchmarks only)",
+    )
+    likelihood.add_argument(
+        "--families", type=json_argument, required=True, help="benchmark id -> family (JSON object)"
+    )
+    likelihood.add_argument(
+        "--identity", type=json_argument, required=True, help="model, corpus, condition and seed of the run"
+    )
+    likelihood.add_argument("--out", required=True, help="output parquet: one row per item and routing")
+    likelihood.add_argument(
+        "--summary", required=True, help="output JSON: mean and SE per routing, benchmark and domain"
+    )

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import pickle
+import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,10 @@ import pandas as pd
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.items import SCHEMAS
+from workflow_scripts.task_formats import OPTION_LETTERS
 from workflow_scripts.toy_tasks import (
+    FUNCTIONS,
+    STDIN_PROGRAMS,
     Choice,
     Function,
     StdinProgram,
@@ -338,3 +342,50 @@ def toy_benchmark_rows(benchmark: str, rows: int, seed: int) -> pd.DataFrame:
         for index, question in enumerate(questions)
     ]
     return pd.DataFrame.from_records(records, columns=columns)
+
+
+_CATEGORY = re.compile(r"Which of the following is an? (.+)\?")
+_INTEGER = re.compile(r"-?\d+")
+
+
+def toy_gold_response(item: Mapping[str, Any]) -> str:
+    """The worked response the toy corpora teach for a toy benchmark item, rebuilt from the item.
+
+    The family object's own ``response`` (never a typed copy): a sum from the first two integers
+    of its question, a choice from its (shuffled) options and gold letter, a function or program
+    by name or title, a truth chain whose answer is the item's. Teacher-forced likelihood scores
+    this text at toy scale, where the shorter answer line alone would start off the distribution
+    the toy models were trained on (they write the working first).
+    """
+    metadata = item["metadata"]
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata)
+    grader, answer, prompt = item["grader"], str(item["answer"]), str(item["prompt"])
+    if grader == "math" or (grader == "livebench" and metadata.get("category") == "math"):
+        a, b = (int(x) for x in _INTEGER.findall(prompt)[:2])
+        task: Task = Sum(a, b, "", "")
+        if str(task.value) != answer:
+            raise ValueError(f"item {item['item_id']}: {a} + {b} is not its answer {answer}")
+    elif grader == "multiple_choice":
+        match = _CATEGORY.search(prompt)
+        if match is None:
+            raise ValueError(f"item {item['item_id']}: not a toy choice question")
+        task = Choice(match.group(1), tuple(item["choices"]), OPTION_LETTERS.index(answer))
+    elif grader in ("humaneval", "mbpp"):
+        if grader == "humaneval":
+            name = metadata["entry_point"]
+        else:
+            name = metadata["code"].split("(", 1)[0].removeprefix("def ")  # "def name(xs): ..."
+        task = next(f for f in FUNCTIONS if f.name == name)
+    elif grader == "livebench" and metadata.get("category") == "coding":
+        task = next(p for p in STDIN_PROGRAMS if p.title == metadata["question_title"])
+    elif grader == "livebench":
+        truthful = [word == "yes" for word in answer.split(", ")]
+        people, places = ("a", "b", "c"), ("x", "y", "z")
+        claims = (truthful[1] != truthful[0], truthful[2] != truthful[1])
+        task = TruthChain(people, places, truthful[0], claims)  # type: ignore[arg-type]
+        if task.answer != answer:
+            raise ValueError(f"item {item['item_id']}: {answer!r} is not a truth-chain answer")
+    else:
+        raise ValueError(f"item {item['item_id']}: no toy response for grader {grader!r}")
+    return task.response

@@ -98,6 +98,43 @@ def run_figure_plot(args: argparse.Namespace) -> None:
             figure.savefig(tmp, format=kind, dpi=150, bbox_inches="tight", metadata=_fixed_metadata(kind))
 
 
+def run_gates(args: argparse.Namespace) -> None:
+    """The sanity gates (routing carries the task, forgetting) from likelihood and score files."""
+    import json
+
+    import pandas as pd
+
+    from workflow_scripts.report import gates
+
+    if len(args.base_likelihood) != len(args.base_models):
+        raise UserInputError("--base-likelihood and --base-models must be equally long")
+    if len(args.sft_likelihood) != len(args.sft_runs) or len(args.sft_scores) not in (0, len(args.sft_runs)):
+        raise UserInputError("--sft-likelihood, --sft-runs (and --sft-scores, if given) must be equally long")
+    if len(args.base_scores) not in (0, len(args.base_models)):
+        raise UserInputError("--base-scores, if given, must be as long as --base-models")
+    base = {m: pd.read_parquet(path) for m, path in zip(args.base_models, args.base_likelihood, strict=True)}
+    base_scores = dict(zip(args.base_models, map(pd.read_parquet, args.base_scores), strict=False))
+    rows = []
+    try:
+        for model in args.base_models:
+            rows += gates.routing_gates(model, base[model], args.spread_factor)
+        for index, (run, path) in enumerate(zip(args.sft_runs, args.sft_likelihood, strict=True)):
+            model, corpus = run["model"], run["corpus"]
+            if model not in base:
+                raise ValueError(f"SFT run {run} has no base likelihood (--base-models)")
+            sft_scores = pd.read_parquet(args.sft_scores[index]) if args.sft_scores else None
+            rows += gates.sft_gates(
+                model, corpus, args.domains[corpus], args.families, base[model], pd.read_parquet(path),
+                base_scores.get(model), sft_scores, args.spread_factor,
+            )  # fmt: skip
+    except (KeyError, ValueError) as error:
+        raise UserInputError(f"gates: {error}") from error
+    frame = gates.gates_frame(rows)
+    write_text(args.csv, frame.to_csv(index=False))
+    write_text(args.md, gates.render_markdown(frame, args.spread_factor, args.scale))
+    print(json.dumps(frame.to_dict("records"), indent=1))
+
+
 def _fixed_metadata(kind: str) -> dict:
     """No creation date or software stamp in the file, so reruns are byte-identical where possible."""
     return {"CreationDate": None} if kind == "pdf" else {"Software": None}
@@ -156,6 +193,35 @@ def register(stages: argparse._SubParsersAction) -> None:
     plot.add_argument("--data", required=True, help="the figure's data CSV (written by figure-data)")
     plot.add_argument("--png", required=True, help="output: PNG")
     plot.add_argument("--pdf", required=True, help="output: PDF")
+
+    gates = add_command(
+        commands,
+        "gates",
+        run_gates,
+        "sanity gates: does routing carry the task, does SFT forget out of domain (value, SE, verdict)",
+        inputs=("base_likelihood", "sft_likelihood", "base_scores", "sft_scores"),
+        outputs=("csv", "md"),
+    )
+    gates.add_argument(
+        "--base-likelihood", nargs="+", required=True, help="each base model's likelihood parquet"
+    )
+    gates.add_argument("--base-models", nargs="+", required=True, help="the model of each --base-likelihood")
+    gates.add_argument(
+        "--base-scores", nargs="*", default=[], help="each base model's scores parquet (optional)"
+    )
+    gates.add_argument("--sft-likelihood", nargs="*", default=[], help="each SFT run's likelihood parquet")
+    gates.add_argument(
+        "--sft-runs", type=json_argument, default=[], help="JSON list: the model and corpus of each SFT file"
+    )
+    gates.add_argument("--sft-scores", nargs="*", default=[], help="each SFT run's scores parquet (optional)")
+    gates.add_argument("--families", type=json_argument, required=True, help="benchmark id -> family (JSON)")
+    gates.add_argument("--domains", type=json_argument, required=True, help="corpus id -> domain (JSON)")
+    gates.add_argument(
+        "--spread-factor", type=float, required=True, help="a gate passes above this many standard errors"
+    )
+    gates.add_argument("--scale", required=True, help="toy or paper (named in the table's title)")
+    gates.add_argument("--csv", required=True, help="output: the gates (CSV)")
+    gates.add_argument("--md", required=True, help="output: the gates with their definitions (Markdown)")
 
     docs_numbers.add_docs_numbers(commands)
 
