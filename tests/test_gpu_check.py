@@ -7,12 +7,14 @@ GPU result) are checked.
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import load_config
 from tests.dag import ROOT
 from tests.gpu import check_bridge_finetune as check
 from workflow_scripts.train.megatron.settings import Parallelism, run_settings, run_steps
@@ -58,10 +60,9 @@ def test_every_step_is_the_products_command_line():
     differ = [i for i, (a, b) in enumerate(zip(resumed, uninterrupted, strict=True)) if a != b]
     assert [resumed[i - 1] for i in differ] == ["--work", "--out", "--record", "--provenance"]
     launch = resumed
-    assert (
-        launch[launch.index("--condition") + 1]
-        == '{"intervention": "rpb", "params": {"beta": 1.0}, "prior": "base"}'
-    )
+    beta = load_config(toy=True)["conditions"]["rpb"]["params"]["beta"]  # the toy's calibrated strength
+    condition = json.loads(launch[launch.index("--condition") + 1])
+    assert condition == {"intervention": "rpb", "params": {"beta": beta}, "prior": "base"}
     _command(lines, "train megatron-export")
     _command(lines, "train chat-dataset")
     _command(lines, "priors compute")

@@ -413,8 +413,10 @@ def test_figure3_cells_hold_seed_means_and_sds(config, results_tree):
 def test_beta_sweep_places_conditions_on_the_beta_axis(config, results_tree):
     data = figures.beta_sweep_data(ReportInputs.at(config, "beta_sweep", results_tree))
     assert len(data) == 14
-    betas = {"sft": 0.0, "sft_frozen_bias": 0.0, "rpb_beta050": 0.5, "rpb_beta075": 0.75, "rpb": 1.0}
-    betas["rpb_selection_only"] = 1.0
+    sweep = ("rpb_beta050", "rpb_beta075", "rpb")
+    toy = {name: config["conditions"][name]["params"]["beta"] for name in sweep}
+    assert toy["rpb_beta050"] < toy["rpb_beta075"] < toy["rpb"]  # the toy calibration keeps the order
+    betas = {"sft": 0.0, "sft_frozen_bias": 0.0, **toy, "rpb_selection_only": toy["rpb"]}
     variants = {
         "sft_frozen_bias": "expert_bias_update_rate=0",
         "rpb_selection_only": "bias_in_gate_weights=false",

@@ -260,10 +260,10 @@ def test_sft_moves_routing_away_from_the_base(toy_run):
 def _independently_correct(item: pd.Series, response: str) -> bool | None:
     """Whether ``response`` answers ``item``, judged without the project's graders (None: not judged).
 
-    Math (F.3's order): the last non-empty ``\\boxed{}``, else what follows ``####``, else the last number,
-    equal to the gold as an integer; multiple choice: the last ``Answer: X`` line names the gold
-    letter; code: the fenced program, run with the item's own tests in a plain interpreter,
-    passes; LiveBench reasoning: the bold triple is the gold.
+    Math (F.3's order): the last non-empty ``\\boxed{}``, else what follows ``####`` (an equation
+    there by its right side), else the last number, equal to the gold as a number; multiple
+    choice: the last ``Answer: X`` line names the gold letter; code: the fenced program, run with
+    the item's own tests in a plain interpreter, passes; LiveBench reasoning: the bold triple is the gold.
     """
     import re
     import tempfile
@@ -272,8 +272,12 @@ def _independently_correct(item: pd.Series, response: str) -> bool | None:
         boxed = [span for span in re.findall(r"\\boxed\{([^{}]*)\}", response) if span]  # empty: skipped
         after = response.rsplit("####", 1)[1] if "####" in response else None
         final = boxed[-1] if boxed else after if after is not None else response
-        numbers = re.findall(r"-?\d+", final)
-        return bool(numbers) and int(numbers[-1 if not boxed and after is None else 0]) == int(item["answer"])
+        if boxed or after is not None:  # a stated answer that is an equation answers with its right side
+            final = final.rsplit("=", 1)[-1]
+        # A minus right after a word or bracket is a subtraction ("10-3" ends in 3), not a sign.
+        numbers = re.findall(r"(?:(?<![\w)\]}])-)?\d+(?:\.\d+)?", final.replace(",", ""))
+        picked = numbers[-1 if not boxed and after is None else 0] if numbers else None
+        return picked is not None and float(picked) == float(item["answer"])
     if item["template"] == "multiple_choice":
         letters = re.findall(r"Answer: ([A-J])\b", response)
         return bool(letters) and letters[-1] == item["answer"]
