@@ -40,7 +40,12 @@ OPERATORS = {"&&", "||", ";", "|", "&"}
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # The profiles a shown snakemake command may name, and the dry run that stands for each here
 # (the paper profile's conda is swapped for env-modules, which a dry run does not load).
-DRY_RUN_PROFILES = {"profiles/local": TOY, "slurm": PAPER, "profiles/slurm": PAPER}
+DRY_RUN_PROFILES = {
+    "profiles/local": TOY,
+    "profiles/claims": ["--profile", "profiles/claims"],
+    "slurm": PAPER,
+    "profiles/slurm": PAPER,
+}
 
 # Numbers about a run: decimals with two or more digits, percentages, counts of jobs and durations.
 RUN_NUMBER = re.compile(
@@ -345,8 +350,8 @@ def test_generator_writes_the_runs_numbers_between_the_markers(tmp_path):
         and "### table3: Four anchoring objectives" in block
     )
     assert "| rpb | 20.12 ± 0.50 |" in block
-    assert "claims.md`: not in this run." in block
-    assert block.index("appendix_d2") < block.index("table3") < block.index("claims")
+    assert "claims.md`: not in this run." in block and "gates.md`: not in this run." in block
+    assert block.index("appendix_d2") < block.index("gates") < block.index("table3") < block.index("claims")
 
 
 def test_generator_is_idempotent(tmp_path):

@@ -99,8 +99,9 @@ FROZEN_CELLS = CLAIMS_CELLS[-2:]
 
 
 def _config(toy: bool, cells: bool = True) -> dict:
-    """The shipped config as the workflow loads it; with ``cells``, tables.claims lists CLAIMS_CELLS."""
-    config = copy.deepcopy(registry.load_config(registry.shipped_config_files(ROOT, toy)))
+    """The shipped config as the workflow loads it (the toy's under profiles/claims, which holds the
+    claims' three seeds); with ``cells``, tables.claims lists CLAIMS_CELLS."""
+    config = copy.deepcopy(registry.load_config(registry.shipped_config_files(ROOT, toy, claims=toy)))
     if cells:
         config["tables"]["claims"]["cells"] = copy.deepcopy(CLAIMS_CELLS)
         validate_config(config, str(SCHEMA))
@@ -650,11 +651,19 @@ def test_at_toy_scale_the_claims_keep_three_seeds_and_every_other_cell_one():
     assert {t.seed for t in closure(config, "table5").trainings} == {42}
 
 
-def test_keep_seeds_is_what_exempts_the_claims_from_the_cap():
-    config = registry.load_config(
-        registry.shipped_config_files(ROOT, True), {"tables": {"claims": {"keep_seeds": False}}}
-    )
-    assert {t.seed for t in closure(config, "claims").trainings} == {42}
+def test_the_default_toy_run_caps_the_claims_too_and_profiles_claims_keeps_their_seeds():
+    """profiles/local stays within its budget with one seed a cell; profiles/claims adds the two
+    seeds the claims' spread needs, and nothing else: every other output's closure is the same."""
+    default = registry.load_config(registry.shipped_config_files(ROOT, True))
+    powered = registry.load_config(registry.shipped_config_files(ROOT, True, claims=True))
+    assert default["tables"]["claims"]["keep_seeds"] is False
+    assert {t.seed for t in closure(default, "claims").trainings} == {42}
+    assert {t.seed for t in closure(powered, "claims").trainings} == set(SEEDS)
+    for output_id in registry.outputs(default):
+        if output_id != "claims":
+            assert closure(default, output_id) == closure(powered, output_id), output_id
+    profile = yaml.safe_load((ROOT / "profiles/claims/config.yaml").read_text())
+    assert profile["configfiles"] == [registry.TOY_OVERLAY, registry.CLAIMS_OVERLAY]
 
 
 def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_path):
@@ -662,7 +671,8 @@ def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_pat
     overlay = tmp_path / "claims_cells.yaml"
     overlay.write_text(yaml.safe_dump({"tables": {"claims": {"cells": CLAIMS_CELLS}}}))
     jobs = dry_run(
-        [*TOY, "--configfiles", "profiles/local/toy.yaml", str(overlay)], "results/tables/claims.md"
+        [*TOY, "--configfiles", registry.TOY_OVERLAY, registry.CLAIMS_OVERLAY, str(overlay)],
+        "results/tables/claims.md",
     )
     runs = {rule: set() for rule in ("train_local", "retention")}
     for rule, w in jobs:

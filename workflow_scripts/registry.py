@@ -37,6 +37,7 @@ INTERVENTION_PARAMS: dict[str, tuple[str, ...]] = {
 # The registry files of a checkout (relative to its root) and the schema they are validated against.
 CONFIG_FILE = "config.yaml"
 TOY_OVERLAY = "profiles/local/toy.yaml"
+CLAIMS_OVERLAY = "profiles/claims/claims.yaml"  # over the toy overlay: the claims at three seeds
 SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
 PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
 BASE = "base"
@@ -356,9 +357,13 @@ def drop_cells_of_other_scales(config: dict[str, Any]) -> None:
             ]
 
 
-def shipped_config_files(root: str | Path, toy: bool) -> list[Path]:
-    """The config files of a checkout at one scale: ``config.yaml``, plus the toy overlay at toy scale."""
-    return [Path(root) / CONFIG_FILE] + ([Path(root) / TOY_OVERLAY] if toy else [])
+def shipped_config_files(root: str | Path, toy: bool, claims: bool = False) -> list[Path]:
+    """The config files of a checkout's profiles: ``config.yaml``; at toy scale the toy overlay
+    (``profiles/local``), with ``claims`` also the claims overlay (``profiles/claims``)."""
+    if claims and not toy:
+        raise ValueError("the claims overlay is a toy-scale profile")
+    overlays = [TOY_OVERLAY] * toy + [CLAIMS_OVERLAY] * claims
+    return [Path(root) / name for name in (CONFIG_FILE, *overlays)]
 
 
 def outputs(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

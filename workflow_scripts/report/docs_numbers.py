@@ -25,8 +25,9 @@ from workflow_scripts.errors import UserInputError
 BEGIN = "<!-- generated: toy-run -->"
 END = "<!-- end generated -->"
 COMMAND = "python -m workflow_scripts report docs-numbers --results results --docs docs/toy.md"
-#: The tables the block shows, in this order: Appendix D.2's base routers, Table 3's Overall@9, the claims.
-TABLES = ("appendix_d2", "table3", "claims")
+#: The tables the block shows, in this order: Appendix D.2's base routers, the toy's sanity gates,
+#: Table 3's Overall@9, the claims.
+TABLES = ("appendix_d2", "gates", "table3", "claims")
 #: The commands whose jobs the block counts, by what the reader calls them.
 JOB_KINDS = {
     "trainings": ("train run", "train megatron"),
