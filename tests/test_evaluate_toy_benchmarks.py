@@ -41,9 +41,9 @@ from workflow_scripts.task_formats import AMPS_INSTRUCTION, LCB_GENERATION_TURN,
 from workflow_scripts.toy_tasks import FUNCTIONS, STDIN_PROGRAMS, Choice, Function, StdinProgram, Sum
 
 CODE = ("humaneval", "mbpp", "livebench_coding")
-# Twelve rows at seed 7 draw every function and every standard-input program of the code families.
-ROWS = 12
-SEED = 7
+# Sixteen rows at seed 2 draw every function and every standard-input program of the code families.
+ROWS = 16
+SEED = 2
 LIMITS = Limits(timeout_s=5.0, memory_mb=1024)
 CONFIG = load_config(toy=True)
 SPECS = CONFIG["benchmarks"]

@@ -6,6 +6,12 @@ it can learn a small closed world. Both sides draw from the same five families (
 corpora (``chat_sources.toy``) pair a task with a worked answer, the toy benchmarks
 (``evaluate.toy_benchmarks``) ask it in each benchmark's raw schema. Every answer is computed
 here, so a gold answer is never typed by hand.
+
+Some sub-skills of the math and code families are held back from the bases' pretraining
+(``held_back=False`` below): sums that carry, two list functions and two programs, each written
+with tokens the bases pretrain on. Post-training
+and the benchmarks ask them, so fine-tuning has something to teach in domain, as the paper's
+post-training does.
 """
 
 from __future__ import annotations
@@ -89,8 +95,13 @@ class Sum:
         return f"We add the two numbers: {self.working}.\n\nThe answer is $\\boxed{{{self.value}}}$."
 
 
-def draw_sum(rng: np.random.Generator) -> Sum:
-    a, b = (int(x) for x in rng.integers(1, 10, size=2))
+def draw_sum(rng: np.random.Generator, held_back: bool = True) -> Sum:
+    """Two digits; without ``held_back``, only pairs whose sum is a single digit (no carry)."""
+    if held_back:
+        a, b = (int(x) for x in rng.integers(1, 10, size=2))
+    else:
+        a = int(rng.integers(1, 9))
+        b = int(rng.integers(1, 10 - a))
     return Sum(a, b, NAMES[int(rng.integers(len(NAMES)))], ITEMS[int(rng.integers(len(ITEMS)))])
 
 
@@ -240,11 +251,21 @@ FUNCTIONS: tuple[Function, ...] = (
         _dedupe,
     ),
     Function("total", "returns the sum of a list of integers", "return sum(xs)", _total),
+    Function("largest", "returns the largest of a list of integers", "return max(xs)", max),
+    Function("smallest", "returns the smallest of a list of integers", "return min(xs)", min),
 )
 
 
-def draw_function(rng: np.random.Generator) -> Function:
-    return FUNCTIONS[int(rng.integers(len(FUNCTIONS)))]
+# Each held-back piece of code is a skill the bases know in the other code form (a function the
+# programs compute, a program the functions compute), so its tokens are all pretrained: what
+# post-training teaches is the skill, not new vocabulary.
+HELD_BACK_FUNCTIONS = ("largest", "smallest")
+
+
+def draw_function(rng: np.random.Generator, held_back: bool = True) -> Function:
+    """One of ``FUNCTIONS``; without ``held_back``, none of ``HELD_BACK_FUNCTIONS``."""
+    pool = [f for f in FUNCTIONS if held_back or f.name not in HELD_BACK_FUNCTIONS]
+    return pool[int(rng.integers(len(pool)))]
 
 
 def draw_list(rng: np.random.Generator, low: int = 1, high: int = 6) -> list[int]:
@@ -299,11 +320,28 @@ STDIN_PROGRAMS: tuple[StdinProgram, ...] = (
         "print(sum(1 for x in xs if x > 0))",
         lambda xs: sum(1 for x in xs if x > 0),
     ),
+    StdinProgram(
+        "Squares",
+        "Print the sum of the squares of the integers.",
+        "print(sum(x * x for x in xs))",
+        _sum_of_squares,
+    ),
+    StdinProgram(
+        "Evens",
+        "Print how many of the integers are even.",
+        "print(sum(1 for x in xs if x % 2 == 0))",
+        _count_even,
+    ),
 )
 
 
-def draw_program(rng: np.random.Generator) -> StdinProgram:
-    return STDIN_PROGRAMS[int(rng.integers(len(STDIN_PROGRAMS)))]
+HELD_BACK_PROGRAMS = ("Squares", "Evens")
+
+
+def draw_program(rng: np.random.Generator, held_back: bool = True) -> StdinProgram:
+    """One of ``STDIN_PROGRAMS``; without ``held_back``, none of ``HELD_BACK_PROGRAMS``."""
+    pool = [p for p in STDIN_PROGRAMS if held_back or p.title not in HELD_BACK_PROGRAMS]
+    return pool[int(rng.integers(len(pool)))]
 
 
 @dataclass(frozen=True)

@@ -77,21 +77,21 @@ FILLER = {
 }
 
 
-def _math(rng: np.random.Generator) -> tuple[str, str]:
-    task = draw_sum(rng)
+def _math(rng: np.random.Generator, held_back: bool) -> tuple[str, str]:
+    task = draw_sum(rng, held_back)
     return task.prompt(str(rng.choice(SUM_STYLES))), task.response
 
 
-def _code(rng: np.random.Generator) -> tuple[str, str]:
+def _code(rng: np.random.Generator, held_back: bool) -> tuple[str, str]:
     inputs = [draw_list(rng) for _ in range(3)]
     if rng.integers(2):
-        program = draw_program(rng)
+        program = draw_program(rng, held_back)
         return program.prompt(inputs[:2]), program.response
-    function = draw_function(rng)
+    function = draw_function(rng, held_back)
     return function.prompt(str(rng.choice(FUNCTION_STYLES)), inputs), function.response
 
 
-def _general(rng: np.random.Generator) -> tuple[str, str]:
+def _general(rng: np.random.Generator, held_back: bool) -> tuple[str, str]:
     kind = int(rng.integers(3))
     if kind == 0:
         task = draw_choice(rng, int(rng.integers(4, 11)))
@@ -113,14 +113,14 @@ FUNCTION_STYLES = ("humaneval", "mbpp")
 BUILDERS = {"math": _math, "code": _code, "general": _general}
 
 
-def _row(domain: str, r: np.ndarray, kind: str | None) -> tuple[str, str | None]:
+def _row(domain: str, r: np.ndarray, kind: str | None, held_back: bool) -> tuple[str, str | None]:
     """(prompt, raw answer or None for a missing assistant turn) of one row; ``r`` holds its draws.
 
     The final answer is the task's worked result (``toy_tasks``' response) and nothing more, so a
     model trained on it stops once it has answered; the domain's filler sentences are the
     reasoning channel, which the corpus build strips.
     """
-    prompt, head = BUILDERS[domain](np.random.default_rng(int(r[0])))
+    prompt, head = BUILDERS[domain](np.random.default_rng(int(r[0])), held_back)
     a, b = int(r[6] % 50) + 3, int(r[7] % 9) + 2
     sentences = [sentence.format(a=a, b=b, p=a * b) for sentence in FILLER[domain]]
     filler = "".join(sentences[(int(r[6]) + k) % len(sentences)] for k in range(int(r[8] % 3 + 2)))
@@ -169,8 +169,13 @@ def _turns(first: list[str], second: list[str | None], role_names: tuple[str, st
     return pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(fields, names=names))
 
 
-def generate(fmt: str, subset: str, rows: int, seed: int, bad_fraction: float) -> pa.Table:
-    """A raw table of ``rows`` rows in format ``fmt`` (glm_sharegpt or openr1) and subset ``subset``."""
+def generate(
+    fmt: str, subset: str, rows: int, seed: int, bad_fraction: float, held_back: bool = True
+) -> pa.Table:
+    """A raw table of ``rows`` rows in format ``fmt`` (glm_sharegpt or openr1) and subset ``subset``.
+
+    ``held_back=False`` leaves out the sub-skills ``toy_tasks`` holds back from the toy bases.
+    """
     if (fmt, subset) not in SUBSETS:
         raise UserInputError(
             f"toy source: no subset '{subset}' for format '{fmt}' (known: {sorted(SUBSETS)})"
@@ -185,7 +190,7 @@ def generate(fmt: str, subset: str, rows: int, seed: int, bad_fraction: float) -
     kinds: list[str | None] = [None] * rows
     for k, at in enumerate(sorted(rng.choice(rows, size=n_bad, replace=False))):
         kinds[at] = BAD_KINDS[k % len(BAD_KINDS)]
-    pairs = [_row(str(domains[i]), draws[i], kinds[i]) for i in range(rows)]
+    pairs = [_row(str(domains[i]), draws[i], kinds[i], held_back) for i in range(rows)]
     prompts = [prompt for prompt, _ in pairs]
     answers = [answer for _, answer in pairs]
     outputs = ["" if answer is None else answer for answer in answers]

@@ -2,7 +2,8 @@
 
 Rows come from the toy generator (math, code and general domains) with no bad
 rows and a seed of their own, so the pretraining text never repeats the toy
-post-training corpora; the final completion is used, as for post-training.
+post-training corpora, and without the sub-skills ``toy_tasks`` holds back for post-training
+to teach; the final completion is used, as for post-training.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def synthetic_rows(rows_per_subset: Mapping[str, int], seed: int) -> pd.DataFram
     frames = []
     with tempfile.TemporaryDirectory() as tmp:
         for offset, (subset, rows) in enumerate(sorted(rows_per_subset.items())):
-            table = generate("glm_sharegpt", subset, rows, seed + offset, bad_fraction=0.0)
+            table = generate("glm_sharegpt", subset, rows, seed + offset, bad_fraction=0.0, held_back=False)
             path = Path(tmp) / f"{subset}.parquet"
             pq.write_table(table, path)
             source = read_source(path, "glm_sharegpt")
