@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -265,7 +266,6 @@ def _independently_correct(item: pd.Series, response: str) -> bool | None:
     choice: the last ``Answer: X`` line names the gold letter; code: the fenced program, run with
     the item's own tests in a plain interpreter, passes; LiveBench reasoning: the bold triple is the gold.
     """
-    import re
     import tempfile
 
     if item["template"] == "math" or item["benchmark"] == "livebench_math":
@@ -282,8 +282,7 @@ def _independently_correct(item: pd.Series, response: str) -> bool | None:
         letters = re.findall(r"Answer: ([A-J])\b", response)
         return bool(letters) and letters[-1] == item["answer"]
     if item["benchmark"] == "livebench_reasoning":
-        bold = re.findall(r"\*\*((?:yes|no), (?:yes|no), (?:yes|no))\*\*", response)
-        return bool(bold) and bold[-1] == item["answer"]
+        return _web_of_lies_answer(response) == item["answer"]
     if item["benchmark"] in ("humaneval", "mbpp"):
         blocks = re.findall(r"```python\n(.*?)```", response, flags=re.S)
         if not blocks:
@@ -300,6 +299,19 @@ def _independently_correct(item: pd.Series, response: str) -> bool | None:
             done = subprocess.run([sys.executable, str(program)], capture_output=True, timeout=10)
         return done.returncode == 0
     return None
+
+
+def _web_of_lies_answer(response: str) -> str | None:
+    """LiveBench's web_of_lies_v2 reading, restated: the last three yes/no words of the bold spans
+    (one line each), else the yes/no triple whose first occurrence comes latest."""
+    spans = " ".join(re.findall(r"\*\*([^\n]*?)\*\*", response)).lower()
+    words = [w for w in (raw.strip(",.") for raw in spans.split()) if w in ("yes", "no", "unknown")]
+    if words:
+        return ", ".join(words[-3:])
+    lowered, first_seen = response.lower(), {}
+    for match in re.finditer(r"(?=((?:yes|no|unknown), (?:yes|no|unknown), (?:yes|no|unknown)))", lowered):
+        first_seen.setdefault(match.group(1), match.start())
+    return max(first_seen, key=first_seen.get) if first_seen else None
 
 
 @pytest.mark.slow
