@@ -12,13 +12,6 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 sys.path.insert(0, workflow.basedir)
-from workflow_scripts.registry import CONFIG_FILE, read_config_file
-
-# Snakemake's own loader names neither file nor line of a YAML error: read the file first.
-read_config_file(CONFIG_FILE)
-
-
-configfile: CONFIG_FILE
 
 
 report: "rules/captions/workflow.rst"

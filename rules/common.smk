@@ -9,9 +9,13 @@ from snakemake.exceptions import WorkflowError
 from workflow_scripts import dag_inputs, forkserver, layout, registry
 from workflow_scripts.dag_inputs import CONDITION_KEYS, TRAINING_KEYS, alternatives, config_slice
 
-# The registry, loaded one way (registry.load_config): the files Snakemake merged, in precedence
-# order, then --config; duplicate keys refused, validated, seeds capped. It replaces Snakemake's
-# merge of the same files, so every rule reads the validated registry.
+# The registry, loaded one way (registry.load_config): config.yaml, then the files Snakemake was
+# given (--configfile, a profile's configfiles), in precedence order, then --config; duplicate
+# keys refused, validated, seeds capped. It replaces Snakemake's merge of the same files, so all
+# rules read the validated registry. The Snakefile has no configfile directive: Snakemake's loader
+# would parse config.yaml once more (a tenth of a dry run's start-up) and name neither file nor
+# line of an error. config.yaml is listed where the directive lists it (the HTML report shows it).
+workflow.configfiles.insert(0, registry.CONFIG_FILE)
 CONFIG_FILES = dag_inputs.config_files(workflow.configfiles, workflow.overwrite_configfiles, Path.cwd())
 config.update(registry.load_config(CONFIG_FILES, workflow.config_settings.config))
 
