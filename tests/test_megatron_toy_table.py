@@ -1,13 +1,13 @@
 """A toy table through the Megatron rules on CPU: import, chat dataset, Bridge's ``finetune()``, export.
 
-Table 8's Moonlight cells (z-loss on math20k and coding20k, 41 jobs) run with
+Table 8's Moonlight cell on math20k (z-loss, one training) runs with
 ``training.backend: megatron`` and one process (no TP/EP/SP: one CPU rank), every rule in
 its stage's environment through ``--sdm env-modules``: the Megatron rules in the Python 3.12
 Megatron env (``.venv-megatron``), the others in the project's ``.venv``. The Megatron jobs
 get ``tests/megatron_cpu_shim`` on ``PYTHONPATH``, which applies ``tests.finetune_cpu``'s
 adaptations (docs/training.md); nothing else differs from the cluster's rules. The same target
 through the local backend is built by ``tests/test_environments.py``.
-Run by ``tests/run_megatron_cpu.sh`` (about 12 minutes on 2 cores); needs Environment Modules.
+Run by ``tests/run_megatron_cpu.sh`` (about 4 minutes on 2 cores); needs Environment Modules.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ MODULES_INIT = Path("/usr/share/modules/init/bash")
 STAGE_VENVS = ROOT / ".venvs" / "megatron-table-links"
 SHIM = ROOT / "tests" / "megatron_cpu_shim"
 TARGET = "results/tables/table8.md"
-#: Table 8 reduced to its Moonlight cells, trained by one CPU process.
+#: Table 8 reduced to its Moonlight cell on one corpus, trained by one CPU process.
 OVERLAY = {
     **SHORT_BASE,
     "tables": {
@@ -42,7 +42,7 @@ OVERLAY = {
             "cells": [
                 {
                     "models": ["moonlight"],
-                    "corpora": ["math20k", "coding20k"],
+                    "corpora": ["math20k"],
                     "conditions": ["zloss"],
                     "eval_seeds": [42],
                 }
@@ -117,25 +117,22 @@ def build(work: Path, overlay: dict, venvs: Path) -> subprocess.CompletedProcess
 
 
 @pytest.mark.skipif(bool(_missing()), reason=_missing() or "ready")
-def test_table8_moonlight_cells_through_the_megatron_rules(tmp_path, request):
+def test_table8_moonlight_cell_through_the_megatron_rules(tmp_path, request):
     if "megatron_table" not in (request.config.option.markexpr or ""):
-        pytest.skip("about 12 minutes: run with -m megatron_table (tests/run_megatron_cpu.sh does)")
+        pytest.skip("about 4 minutes: run with -m megatron_table (tests/run_megatron_cpu.sh does)")
     venvs = stage_venvs(STAGE_VENVS)
     megatron = {**OVERLAY, "training": {"backend": "megatron", "parallelism": ONE_PROCESS}}
     done = build(tmp_path / "megatron", megatron, venvs)
     assert done.returncode == 0, done.stderr[-6000:]
     work = tmp_path / "megatron"
-    for corpus in ("math20k", "coding20k"):
-        run = f"moonlight/{corpus}/zloss/s42"
-        record = json.loads((work / f"results/megatron/trained/{run}.record.json").read_text())
-        assert record["steps"] == 32 and record["resumed_from"] == [0]  # 4 epochs x 64 rows / 8
-        trained = json.loads((work / f"results/megatron/trained/{run}.provenance.json").read_text())
-        assert Path(trained["software"]["prefix"]).resolve() == MEGATRON_ENV.resolve(), (
-            "not in the Megatron env"
-        )
-        assert (work / f"results/checkpoints/{run}/config.json").is_file()
-        log = (work / f"logs/megatron/train/{run}.log").read_text()
-        assert "iteration       32/      32" in log
+    run = "moonlight/math20k/zloss/s42"
+    record = json.loads((work / f"results/megatron/trained/{run}.record.json").read_text())
+    assert record["steps"] == 32 and record["resumed_from"] == [0]  # 4 epochs x 64 rows / 8
+    trained = json.loads((work / f"results/megatron/trained/{run}.provenance.json").read_text())
+    assert Path(trained["software"]["prefix"]).resolve() == MEGATRON_ENV.resolve(), "not in the Megatron env"
+    assert (work / f"results/checkpoints/{run}/config.json").is_file()
+    log = (work / f"logs/megatron/train/{run}.log").read_text()
+    assert "iteration       32/      32" in log
     table = (work / TARGET).read_text()
-    assert all(f"| {corpus} | Moonlight-16B-A3B |" in table for corpus in ("math20k", "coding20k")), table
+    assert "| math20k | Moonlight-16B-A3B |" in table, table
     print("Megatron backend:\n" + table)
