@@ -14,10 +14,7 @@ if [ ! -f /usr/share/modules/init/bash ]; then
 fi
 . .venv/bin/activate
 . tests/disk.sh
-need_free_gb 6 "the data, train and analysis environments"
 discard_when_done .venvs
-for env in data train analysis; do
-    python -m workflow_scripts envs venv "$env"
-done
+bash tests/build_stage_envs.sh
 python -m workflow_scripts envs venv eval --cpu
 python -m pytest -q -m envs tests/test_environments.py
