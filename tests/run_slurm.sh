@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Brings up the one-machine SLURM test cluster (tests/cluster/slurm.sh), runs the pipeline through
-# it (tests/test_slurm_cluster.py, about 12 minutes on 2 cores) and tears the cluster down whatever
+# it (tests/test_slurm_cluster.py, about 5 minutes on 2 cores) and tears the cluster down whatever
 # happens. Needs root (apt-get, the daemons) and the .venv of the README's set-up; pytest arguments
 # pass through. The cluster's state stays in $RPB_SLURM_DIR (default /tmp/rpb-slurm).
 set -euo pipefail
