@@ -76,6 +76,7 @@ PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
 # An evaluated checkpoint is the base model (once, not per corpus) or one trained (corpus, condition, seed).
 EVALUATED = rf"base|(?:{alternatives(config['corpora'])})/(?:{alternatives(config['conditions'])})/s\d+"
 BENCHMARK_ITEMS = expand(layout.rule_path("benchmark", name=layout.ITEMS_FILE), benchmark=sorted(config["benchmarks"]))
+BENCHMARK_SUITE = layout.rule_path("suite", name=layout.SUITE_FILE)  # the evaluations' one items input
 
 # The config slices the commands read (dag_inputs: the keys, and the builder that parses each).
 SAMPLING = config_slice(config["evaluation"], dag_inputs.SAMPLING_KEYS)

@@ -1,4 +1,4 @@
-# Benchmarks -> items; checkpoints -> sampled generations -> graded scores and avg@5 (§4, F.3-F.5).
+# Benchmarks -> items -> one suite; checkpoints -> sampled generations -> graded scores and avg@5 (§4, F.3-F.5).
 
 
 rule download_benchmark:
@@ -73,10 +73,27 @@ rule benchmark_items:
         " --out {output.benchmark_items:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
+rule benchmark_suite:
+    input:
+        benchmark_items=BENCHMARK_ITEMS,
+    output:
+        suite=BENCHMARK_SUITE,
+        provenance=layout.rule_path("suite", name=layout.SUITE_PROVENANCE),
+    log:
+        "logs/benchmarks/suite.log",
+    conda:
+        "../envs/eval.yaml"
+    envmodules:
+        "rpb/eval",
+    shell:
+        "python -m workflow_scripts evaluate suite --items {input.benchmark_items:q}"
+        " --out {output.suite:q} --provenance {output.provenance:q} > {log:q} 2>&1"
+
+
 rule generate:
     input:
         checkpoint=evaluated_checkpoint,
-        benchmark_items=BENCHMARK_ITEMS,
+        benchmark_suite=BENCHMARK_SUITE,
     output:
         generations=gpu_days(layout.rule_path("eval", name=layout.GENERATIONS_FILE)),
         provenance=layout.rule_path("eval", name=layout.GENERATIONS_PROVENANCE),
@@ -95,14 +112,14 @@ rule generate:
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts evaluate generate --checkpoint {input.checkpoint:q}"
-        " --items {input.benchmark_items:q} --sampling {params.sampling:q}"
+        " --items {input.benchmark_suite:q} --sampling {params.sampling:q}"
         " --backend {params.backend} {params.options}"
         " --out {output.generations:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule score:
     input:
-        benchmark_items=BENCHMARK_ITEMS,
+        benchmark_suite=BENCHMARK_SUITE,
         generations=layout.rule_path("eval", name=layout.GENERATIONS_FILE),
     output:
         scores=layout.rule_path("eval", name=layout.SCORES_FILE),
@@ -125,7 +142,7 @@ rule score:
         "rpb/eval",
     threads: config["evaluation"]["grading_workers"]
     shell:
-        "python -m workflow_scripts evaluate score --items {input.benchmark_items:q} --generations {input.generations:q}"
+        "python -m workflow_scripts evaluate score --items {input.benchmark_suite:q} --generations {input.generations:q}"
         " --repeats {params.repeats} --limits {params.limits:q} --workers {params.workers}"
         " --math-timeout {params.math_timeout} --max-response-chars {params.max_response_chars}"
         " --identity {params.identity:q}"

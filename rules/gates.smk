@@ -15,7 +15,7 @@ GATE_DEFAULT = GATE_TARGETS if config["scale"] == "toy" else []
 rule likelihood:
     input:
         checkpoint=evaluated_checkpoint,
-        benchmark_items=BENCHMARK_ITEMS,
+        benchmark_suite=BENCHMARK_SUITE,
     output:
         likelihood=layout.rule_path("eval", name=layout.LIKELIHOOD_FILE),
         summary=layout.rule_path("eval", name=layout.LIKELIHOOD_SUMMARY),
@@ -36,7 +36,7 @@ rule likelihood:
     threads: 1
     shell:
         "OMP_NUM_THREADS={threads} python -m workflow_scripts evaluate likelihood --checkpoint {input.checkpoint:q}"
-        " --items {input.benchmark_items:q} --routings {params.routings} --gold {params.gold} --seed 0"
+        " --items {input.benchmark_suite:q} --routings {params.routings} --gold {params.gold} --seed 0"
         " --families {params.families:q} --identity {params.identity:q}"
         " --out {output.likelihood:q} --summary {output.summary:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 

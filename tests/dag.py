@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import yaml
@@ -59,15 +60,31 @@ def snakemake_ok(workdir: Path, *args: str, **options) -> subprocess.CompletedPr
     return done
 
 
-def dry_run(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[tuple[str, dict[str, str]]]:
-    """Jobs of ``snakemake -n`` for ``targets`` (all when none) under ``profile``."""
+class PlannedJob(NamedTuple):
+    rule: str
+    wildcards: dict[str, str]
+    inputs: list[str]
+    outputs: list[str]
+
+
+def planned_jobs(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[PlannedJob]:
+    """Jobs of ``snakemake -n`` for ``targets`` (all when none) under ``profile``, with their files."""
     done = snakemake_ok(cwd, *targets, "--dry-run", *profile, timeout=300)
-    jobs = []
-    for rule, body in _JOB.findall(done.stdout):
-        found = re.search(r"wildcards: (.*)", body)
-        pairs = found.group(1).split(", ") if found else []
-        jobs.append((rule, dict(pair.split("=", 1) for pair in pairs)))
-    return jobs
+
+    def listed(field: str, body: str) -> list[str]:
+        found = re.search(rf"^    {field}: (.*)$", body, re.MULTILINE)
+        return found.group(1).split(", ") if found else []
+
+    return [
+        PlannedJob(rule, dict(pair.split("=", 1) for pair in listed("wildcards", body)),
+                   listed("input", body), listed("output", body))
+        for rule, body in _JOB.findall(done.stdout)
+    ]  # fmt: skip
+
+
+def dry_run(profile: list[str], *targets: str, cwd: Path = ROOT) -> list[tuple[str, dict[str, str]]]:
+    """(rule, wildcards) of each job of ``snakemake -n`` for ``targets`` (all when none) under ``profile``."""
+    return [(job.rule, job.wildcards) for job in planned_jobs(profile, *targets, cwd=cwd)]
 
 
 def printed_job(target: str, rule: str, *extra: str) -> tuple[str, str]:

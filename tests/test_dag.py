@@ -9,15 +9,48 @@ import sys
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import PAPER, ROOT, TOY, dry_run, printed_job, wildcard_values
-from workflow_scripts import registry
+from tests.dag import PAPER, ROOT, TOY, PlannedJob, dry_run, planned_jobs, printed_job, wildcard_values
+from workflow_scripts import dag_inputs, registry
 
 pytestmark = pytest.mark.slow  # Snakemake dry runs of every shipped config
 
 
 @pytest.fixture(scope="module")
-def paper_all():
-    return dry_run(PAPER)
+def paper_plan():
+    return planned_jobs(PAPER)
+
+
+@pytest.fixture(scope="module")
+def paper_all(paper_plan):
+    return [(job.rule, job.wildcards) for job in paper_plan]
+
+
+def _ancestor_outputs(jobs: list[PlannedJob], files: list[str]) -> set[str]:
+    """Every file the jobs behind ``files`` write: what Snakemake has made before a job reading them runs."""
+    producer = {output: job for job in jobs for output in job.outputs}
+    made, pending = set(), list(files)
+    while pending:
+        job = producer.get(pending.pop())
+        if job is not None and not made.issuperset(job.outputs):
+            made.update(job.outputs)
+            pending.extend(job.inputs)
+    return made
+
+
+@pytest.mark.parametrize("toy", [False, True], ids=["paper", "toy"])
+def test_every_file_a_manifest_checksums_is_built_before_it(toy, request):
+    """The manifest's Snakemake inputs are its output's files; the rest of what it checksums (the
+    closure's stage files) must be written by their ancestors, or it could run before them."""
+    jobs = planned_jobs(TOY) if toy else request.getfixturevalue("paper_plan")
+    config = load_config(toy=toy)
+    manifests = [job for job in jobs if job.rule == "provenance_manifest"]
+    assert sorted(job.wildcards["output"] for job in manifests) == sorted(registry.outputs(config))
+    for job in manifests:
+        made = _ancestor_outputs(jobs, job.inputs)
+        missing = sorted(set(dag_inputs.closure_inputs(config, job.wildcards["output"])) - made)
+        assert not missing, f"{job.wildcards['output']}: {missing[:5]}"
+    table1 = next(job for job in manifests if job.wildcards["output"] == "table1")
+    assert not any("/checkpoints/" in path for path in _ancestor_outputs(jobs, table1.inputs))
 
 
 def test_paper_scale_builds_every_data_target(paper_all):

@@ -231,6 +231,7 @@ def edge_rows(count: int, seed: int) -> pd.DataFrame:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("domain", scoring.DOMAINS)
 def test_score_frame_equals_the_python_reference(config: ScoringConfig, domain: str) -> None:
     source = edge_rows(1500, seed=len(domain))

@@ -156,6 +156,7 @@ def check_command(command: list[str], snakemake_targets: dict[str, set[str]]) ->
         raise AssertionError(f"{shown}: no check for this kind of command (tests/test_docs.py)")
 
 
+@pytest.mark.slow
 def test_every_shown_command_runs_as_written():
     targets: dict[str, set[str]] = {}
     commands = shown_commands()

@@ -1,4 +1,4 @@
-"""The evaluate commands chained as the toy rules chain them: toy-benchmark -> items -> generate -> score."""
+"""The evaluate commands chained as the toy rules chain them: toy-benchmark, items, suite, generate, score."""
 
 from __future__ import annotations
 
@@ -43,18 +43,51 @@ def evaluated(tmp_path_factory) -> Path:
             "--provenance", str(root / f"{name}.record.json"),
         ]) == 0  # fmt: skip
     items = [str(root / f"{name}.items.parquet") for name in BENCHMARKS]
+    suite = str(root / "suite.parquet")
     assert main([
-        "evaluate", "generate", "--checkpoint", str(checkpoint), "--items", *items,
-        "--sampling", json.dumps(SAMPLING), "--backend", "hf", "--batch-size", "4",
-        "--out", str(root / "generations.parquet"), "--provenance", str(root / "generate.record.json"),
+        "evaluate", "suite", "--items", *items, "--out", suite,
+        "--provenance", str(root / "suite.record.json"),
     ]) == 0  # fmt: skip
+    assert _generate(checkpoint, [suite], root / "generations.parquet", root / "generate.record.json") == 0
     assert main([
-        "evaluate", "score", "--items", *items, "--generations", str(root / "generations.parquet"),
+        "evaluate", "score", "--items", suite, "--generations", str(root / "generations.parquet"),
         "--repeats", "2", "--limits", json.dumps(LIMITS), "--workers", "2", "--math-timeout", "10",
         "--identity", json.dumps(IDENTITY), "--scores", str(root / "scores.parquet"),
         "--summary", str(root / "summary.json"), "--provenance", str(root / "score.record.json"),
     ]) == 0  # fmt: skip
     return root
+
+
+def _generate(checkpoint: Path, items: list[str], out: Path, record: Path) -> int:
+    return main([
+        "evaluate", "generate", "--checkpoint", str(checkpoint), "--items", *items,
+        "--sampling", json.dumps(SAMPLING), "--backend", "hf", "--batch-size", "4",
+        "--out", str(out), "--provenance", str(record),
+    ])  # fmt: skip
+
+
+def test_the_suite_is_every_items_file_in_order(evaluated):
+    suite = pd.read_parquet(evaluated / "suite.parquet")
+    items = pd.concat([pd.read_parquet(evaluated / f"{name}.items.parquet") for name in BENCHMARKS])
+    pd.testing.assert_frame_equal(suite, items.reset_index(drop=True))
+    assert list(dict.fromkeys(suite["benchmark"])) == list(BENCHMARKS)
+
+
+def test_generations_from_the_suite_equal_those_from_the_items_files(evaluated, tmp_path):
+    """The rules hand generate one suite; the per-benchmark files it joins give the same bytes."""
+    items = [str(evaluated / f"{name}.items.parquet") for name in BENCHMARKS]
+    out = tmp_path / "generations.parquet"
+    assert _generate(evaluated / "base", items, out, tmp_path / "record.json") == 0
+    assert out.read_bytes() == (evaluated / "generations.parquet").read_bytes()
+
+
+def test_a_suite_of_items_files_sharing_an_item_is_refused(evaluated, tmp_path, capsys):
+    gsm8k = str(evaluated / "gsm8k.items.parquet")
+    out = tmp_path / "suite.parquet"
+    assert main(["evaluate", "suite", "--items", gsm8k, gsm8k, "--out", str(out)]) == 2
+    first = pd.read_parquet(gsm8k).iloc[0]
+    assert f"--items: item {first['item_id']!r} of 'gsm8k' appears twice" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_every_item_is_generated_once_per_repeat_seed(evaluated):
@@ -80,8 +113,11 @@ def test_summary_follows_the_result_contract(evaluated):
 
 
 def test_records_checksum_every_items_file(evaluated):
+    suite = json.loads((evaluated / "suite.record.json").read_text())
+    assert {f"items[{i}]" for i in range(len(BENCHMARKS))} == set(suite["inputs"])
     record = json.loads((evaluated / "score.record.json").read_text())
-    assert {f"items[{i}]" for i in range(len(BENCHMARKS))} | {"generations"} == set(record["inputs"])
+    assert {"items[0]", "generations"} == set(record["inputs"])
+    assert record["inputs"]["items[0]"] == suite["outputs"]["out"]
     assert record["arguments"]["identity"] == IDENTITY
 
 

@@ -71,6 +71,7 @@ def _generations(items: pd.DataFrame, respond) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_known_correct_answers_score_one_and_wrong_ones_zero(items):
     generations = _generations(items, lambda item, r: _correct(item) if r == 0 else _wrong(item))
     scores = grade(items, generations, LIMITS, workers=2, math_timeout_s=10.0)
@@ -88,6 +89,7 @@ def test_a_response_without_an_answer_scores_zero(items):
     assert code["extracted"].isna().all()
 
 
+@pytest.mark.slow
 def test_summary_is_avg_at_k_of_repeat_percentages(items):
     # Repeat 0 right everywhere, repeat 1 right on the first item of each benchmark only.
     firsts = set(items.groupby("benchmark")["item_id"].first())
@@ -106,6 +108,7 @@ def test_summary_is_avg_at_k_of_repeat_percentages(items):
         assert entry["repeat_sd"] == pytest.approx(np.std(repeats, ddof=1))
 
 
+@pytest.mark.slow
 def test_a_missing_repeat_is_an_error(items):
     scores = grade(items, _generations(items, lambda item, r: _correct(item)), LIMITS, 2, 10.0)
     with pytest.raises(ValueError, match="no scores for repeats \\[2\\]"):
@@ -186,6 +189,7 @@ def test_coverage_requires_each_item_and_repeat_exactly_once(items):
         check_coverage(items, generations, repeats=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "early_exit", ["import sys\nsys.exit(0)", "raise SystemExit(0)", "import os\nos._exit(0)",
                    "import atexit, os\natexit.register(os._exit, 0)\nraise SystemExit(0)"],
@@ -204,6 +208,7 @@ def test_a_program_that_exits_before_its_tests_end_fails(items, early_exit):
     assert scores.groupby("repeat")["score"].mean().tolist() == [1.0, 0.0]
 
 
+@pytest.mark.slow
 def test_a_response_over_the_length_cap_scores_zero_unread(items, caplog):
     """Even a right answer is not read past ``max_response_chars``; the log names count and first item."""
     math = items[items["benchmark"] == "gsm8k"]
@@ -245,6 +250,7 @@ POISONED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("benchmark", sorted(POISONED))
 def test_a_response_whose_grading_raises_costs_that_item_only(items, monkeypatch, caplog, benchmark):
     chosen = items[items["benchmark"] == benchmark]

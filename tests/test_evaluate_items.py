@@ -242,6 +242,7 @@ def test_shuffle_depends_on_seed_and_benchmark_id(specs: dict) -> None:
     assert [json.loads(m)["permutation"] for m in main] != [json.loads(m)["permutation"] for m in diamond]
 
 
+@pytest.mark.slow
 def test_shuffle_is_the_same_in_a_fresh_process_with_another_hash_seed(specs: dict) -> None:
     code = (
         "import json, yaml; from workflow_scripts.evaluate.fixtures import read_fixture; "

@@ -497,6 +497,7 @@ def test_an_answer_writing_its_own_verdict_and_exiting_fails() -> None:
     assert score_many(rows, forged, workers=2) == [0.0] * len(rows)
 
 
+@pytest.mark.slow
 def test_coding_time_limit_and_crash_fail() -> None:
     row = records("livebench_coding")[0]
     assert len(load_tests(row)) == 5
@@ -528,6 +529,7 @@ def ideal_response(row: dict) -> str:
     return f"The answer is {truth}"  # aime
 
 
+@pytest.mark.slow
 def test_math_and_reasoning_fixtures_score_one_for_their_ground_truth() -> None:
     rows = records("livebench_math") + records("livebench_reasoning")
     names = {scorer_name(row) for row in rows}

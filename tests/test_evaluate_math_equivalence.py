@@ -199,6 +199,7 @@ def test_checker_rejects_bad_settings(kwargs, message):
         MathChecker(**kwargs)
 
 
+@pytest.mark.slow
 def test_timeout_falls_back_to_normalized_and_worker_recovers(scripted_checker, caplog):
     before = scripted_checker.restarts
     started = time.monotonic()
@@ -248,6 +249,7 @@ def test_missing_prediction_never_reaches_the_worker(scripted_checker):
     assert scripted_checker.restarts == before
 
 
+@pytest.mark.slow
 def test_decide_survives_huge_and_deep_answers():
     """A 5,000-digit literal and LaTeX nested 2,000 deep give a verdict, not an exception."""
     assert decide("1" * 5000, "1" * 5000, None).correct

@@ -491,6 +491,7 @@ def test_the_home_is_hidden_but_an_interpreter_inside_stays(modes: dict[Isolatio
     assert (outcome.status, outcome.stdout) == ("passed", f"{inside}\n"), outcome.stderr
 
 
+@pytest.mark.slow
 def test_process_group_fallback_runs_and_kills():
     passed = run(Job("print(6 * 7)\n"), FAST, isolation=Isolation.PROCESS_GROUP)
     assert (passed.status, passed.stdout) == ("passed", "42\n")
@@ -533,6 +534,7 @@ def test_thread_bomb_is_bounded(isolated: Mode):
     assert 0 <= int(line.split()[1]) < limits.processes
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out(mode: Mode):
     limits = Limits(timeout_s=1)
     outcome = run_hostile(mode, "infinite_loop", limits)
@@ -540,6 +542,7 @@ def test_infinite_loop_times_out(mode: Mode):
     assert outcome.seconds >= limits.timeout_s
 
 
+@pytest.mark.slow
 def test_ignored_sigterm_is_still_killed(mode: Mode):
     outcome = run_hostile(mode, "ignore_sigterm", Limits(timeout_s=1))
     assert (outcome.status, outcome.returncode) == ("timeout", None)
@@ -629,6 +632,7 @@ def test_network_is_unreachable(isolated: Mode, run_dir: Path):
                 server.accept()
 
 
+@pytest.mark.slow
 def test_setsid_daemon_dies_with_the_program(isolated: Mode, outside_dir: Path):
     outside_dir.chmod(0o777)  # a surviving daemon could write here, whatever its uid
     marker_file = outside_dir / "daemon-was-here"

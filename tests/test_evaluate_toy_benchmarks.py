@@ -199,6 +199,7 @@ def sandbox_isolates() -> None:
         pytest.skip(f"code answers run only in an isolating sandbox: {error}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("benchmark", BENCHMARKS)
 def test_the_trained_answer_scores_one_and_a_wrong_one_zero(benchmark, request):
     if benchmark in CODE:
@@ -219,6 +220,7 @@ def test_the_trained_answer_scores_one_and_a_wrong_one_zero(benchmark, request):
     assert by_repeat.max().tolist() == [1.0, 0.0], scores.to_string()
 
 
+@pytest.mark.slow
 def test_reference_solutions_pass_their_own_tests(request):
     """HumanEval's prompt + canonical_solution and MBPP's code, as the benchmarks' own harnesses run them."""
     request.getfixturevalue("sandbox_isolates")

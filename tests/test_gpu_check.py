@@ -42,6 +42,7 @@ def _command(lines: list[list[str]], *words: str) -> list[str]:
     return found[0]
 
 
+@pytest.mark.slow
 def test_every_step_is_the_products_command_line():
     lines = _dry_run("--megatron-python", "/env/bin/python")
     imported = _command(lines, "train megatron-import")
@@ -68,6 +69,7 @@ def test_every_step_is_the_products_command_line():
     _command(lines, "priors compute")
 
 
+@pytest.mark.slow
 def test_with_an_image_the_one_process_steps_enter_it_and_the_launch_wraps_torchrun():
     lines = _dry_run("--container", "img.sif")
     image = str(ROOT / "img.sif")

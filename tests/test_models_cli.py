@@ -65,6 +65,7 @@ def test_toy_base_is_built_pretrained_and_reported(tmp_path):
     assert tokenizer.chat_template
 
 
+@pytest.mark.slow
 def test_unknown_spec_key_is_a_clear_error(tmp_path):
     done = toy_base(tmp_path, spec={**SPEC, "hiden_size": 8})
     assert done.returncode == 2

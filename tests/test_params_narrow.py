@@ -29,7 +29,11 @@ TRAINED_PROBE = {"train_local", "probe_routes", "retention"}
 CHANGES = [
     ("evaluation.temperature", 0.7, {"generate", "score"}),
     ("evaluation.math_timeout_seconds", 7, {"score"}),
-    ("evaluation.toy_benchmark.seed", 99, {"toy_benchmark", "benchmark_items", "generate", "score"}),
+    (
+        "evaluation.toy_benchmark.seed",
+        99,
+        {"toy_benchmark", "benchmark_items", "benchmark_suite", "generate", "score"},
+    ),
     ("probe.edge_fraction", 0.15, {"base_partition", "retention"}),
     ("probe.null_model.samples", 3, {"retention"}),
     ("training.schedule.lr_max", 2.0e-3, TRAINED_PROBE),

@@ -74,6 +74,7 @@ def _hooked_topk(
     return torch.cat(chosen, dim=1).numpy().astype(np.int16)
 
 
+@pytest.mark.slow
 def test_trained_rpb_checkpoint_is_probed_bias_free(training_inputs, tmp_path):
     meta = json.loads(training_inputs["meta"].read_text())
     objective = Objective.from_condition(CONDITION, float(meta["clip_eps"]), float(meta["clip_c"]))

@@ -288,6 +288,7 @@ def test_an_empty_probe_list_is_refused_before_any_job(paper_config, key):
         validate_config(paper_config, str(SCHEMA))
 
 
+@pytest.mark.slow
 def test_an_empty_shuffle_seed_list_stops_the_dry_run_naming_the_key(tmp_path):
     overlay = tmp_path / "empty.yaml"
     overlay.write_text("probe: {shuffle_seeds: []}\n")
@@ -372,6 +373,7 @@ def test_load_config_validates_and_caps_seeds(tmp_path):
         registry.load_config([ROOT / registry.CONFIG_FILE, overlay])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -397,6 +399,32 @@ def test_dry_run_refuses_a_broken_config_yaml_naming_file_and_line(tmp_path, edi
     assert "rule " not in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("text", "plan_says", "verbose_says"),
+    [
+        ("evaluation:\n  repeats: [1,\n", ":3: not valid YAML", 'bad.yaml", line 3, column 1'),
+        ("- scale: toy\n", ": a config file holds a mapping of keys, not a list", None),
+    ],
+)
+def test_a_configfile_snakemake_cannot_read_is_named_as_docs_local_says(
+    tmp_path, text, plan_says, verbose_says
+):
+    """Snakemake reads --configfile before the workflow runs and names neither file nor line
+    (docs/local.md); ``plan --overlay`` names both, and for a syntax error so does ``--verbose``."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    snakemake = [sys.executable, "-m", "snakemake", "-n", *TOY, "--configfile", str(bad), "--verbose"]
+    done = subprocess.run(snakemake, cwd=ROOT, env=JOB_ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "rule " not in done.stdout
+    said = done.stderr + done.stdout
+    assert "WorkflowError" in said and (verbose_says is None or verbose_says in said), said[-2000:]
+    plan = [sys.executable, "-m", "workflow_scripts", "plan", "all", "--overlay", str(bad)]
+    done = subprocess.run(plan, cwd=ROOT, env=JOB_ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and f"error: {bad}{plan_says}" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

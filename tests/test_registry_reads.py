@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.dag import ROOT
 from tests.registry_reads import unread_keys
 from workflow_scripts import layout, registry
@@ -20,6 +22,7 @@ from workflow_scripts import layout, registry
 LIST_LENGTH = 3
 
 
+@pytest.mark.slow
 def test_every_schema_key_is_read():
     assert unread_keys(ROOT) == []
 

@@ -666,6 +666,7 @@ def test_the_default_toy_run_caps_the_claims_too_and_profiles_claims_keeps_their
     assert profile["configfiles"] == [registry.TOY_OVERLAY, registry.CLAIMS_OVERLAY]
 
 
+@pytest.mark.slow
 def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_path):
     """Through Snakemake, with CLAIMS_CELLS as the last config file: exactly the needed runs."""
     overlay = tmp_path / "claims_cells.yaml"
@@ -814,6 +815,7 @@ def test_the_table_function_matches_the_command(tmp_path):
     assert list(rendered["ours"]) == list(table.rows["ours"])
 
 
+@pytest.mark.slow
 def test_the_report_job_gets_the_claim_rules_and_the_reference():
     _, command = printed_job("results/tables/claims.csv", "table")
     words = shlex.split(command.removeprefix("Shell command: "))

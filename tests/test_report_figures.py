@@ -471,6 +471,7 @@ def _tree(request: pytest.FixtureRequest, figure_id: str) -> Path:
     return request.getfixturevalue(trees.get(figure_id, "results_tree"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("figure_id", sorted(FIGURES))
 def test_plots_render_from_the_data_and_from_its_csv(figure_id, config, request, tmp_path):
     root = _tree(request, figure_id)
@@ -488,6 +489,7 @@ def test_plots_render_from_the_data_and_from_its_csv(figure_id, config, request,
     assert figure.get_suptitle()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("figure_id", sorted(FIGURES))
 def test_figure_builds_from_its_declared_inputs_alone_and_plots_from_its_csv(
     figure_id, config, request, tmp_path

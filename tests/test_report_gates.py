@@ -134,6 +134,7 @@ def test_gate_runs_reuse_sft_runs_the_grid_already_trains():
     assert {registry.Training(e.model, e.corpus, e.condition, e.seed) for e in runs.sft} <= trained
 
 
+@pytest.mark.slow
 def test_toy_gates_table_resolves_to_likelihoods_of_every_base_and_sft_run():
     target = layout.rule_path("table", ".md", table=layout.GATES_TABLE)
     jobs = dry_run(TOY, target)

@@ -420,6 +420,7 @@ def test_config_cells_must_match_the_layout(tree):
         TABLES["table2"](ReportInputs.at(config, "table2", tree[0]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table_id", sorted(TABLES))
 def test_table_builds_from_its_declared_inputs_alone(tree, table_id, tmp_path):
     csv = report_in_sandbox(CONFIG, table_id, tree[0], tmp_path)

@@ -128,6 +128,7 @@ def _backend(kind: str):
     return PreTrainedTokenizerFast(tokenizer_object=backend, additional_special_tokens=ADDED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chars_per_token", [1, 2, tk.PREFIX_CHARS_PER_TOKEN])
 @pytest.mark.parametrize("kind", ["byte_level", "qwen", "metaspace"])
 def test_prefix_tokenisation_equals_tokenising_the_whole_text(kind, chars_per_token, monkeypatch) -> None:

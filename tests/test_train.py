@@ -117,6 +117,7 @@ def test_batch_plan_order():
         BatchPlan(num_rows=20, global_batch_size=8, micro_batch_size=3, seed=0, epochs=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "arch"), CASES)
 def test_intervention_runs(tokenizer, examples, name, arch):
     model, records = run(arch, tokenizer, examples, CONDITIONS[name])

@@ -292,6 +292,7 @@ def test_a_container_wraps_each_torchrun_and_leaves_srun_on_the_host():
     assert standalone[:5] == ["apptainer", "exec", "--nv", image, "torchrun"]
 
 
+@pytest.mark.slow
 def test_launch_check_without_slurm_runs_torchrun_standalone_and_reports_every_rank(tmp_path):
     """The launch line end to end on one machine: two ranks join, rank 0 writes who joined."""
     import os

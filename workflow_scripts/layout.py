@@ -32,6 +32,10 @@ METRICS_FILE = "metrics.json"
 LAYERS_FILE = "layers.parquet"
 SUMMARY_FILE = "summary.json"
 ITEMS_FILE = "items.parquet"
+# Every benchmark's items in one file, the evaluations' single items input: one DAG edge per
+# evaluation instead of one per benchmark (about half of a paper-scale DAG's edges otherwise).
+SUITE_FILE = "suite.parquet"
+SUITE_PROVENANCE = "suite.provenance.json"
 CORPUS_REPORT = "report.json"  # a corpus build's row counts and score distribution
 RAW_FILE = "raw.parquet"  # a benchmark's downloaded or generated rows
 MANIFEST_FILE = "manifest.json"  # a download's hub record (revision resolved)
@@ -65,6 +69,7 @@ PATHS = {
     "graph": "graphs/{model}/{corpus}/{run}/{name}",
     "checkpoint": "checkpoints/{model}/{corpus}/{condition}/s{seed}",
     "benchmark": "benchmarks/{benchmark}/{name}",
+    "suite": "benchmarks/{name}",
     "eval": "evals/{model}/{evaluated}/{name}",
     "megatron_base": "megatron/{model}/base",
     "megatron_dataset": "megatron/datasets/{corpus}",

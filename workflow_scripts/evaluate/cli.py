@@ -5,13 +5,15 @@
     python -m workflow_scripts evaluate items --benchmark gsm8k \\
         --raw results/benchmarks/gsm8k/raw.parquet --spec '{...}' --shuffle-seed 42 \\
         --out results/benchmarks/gsm8k/items.parquet
+    python -m workflow_scripts evaluate suite --items results/benchmarks/*/items.parquet \\
+        --out results/benchmarks/suite.parquet
     python -m workflow_scripts evaluate generate --checkpoint results/models/moonlight/base \\
-        --items results/benchmarks/*/items.parquet --sampling '{...}' --backend hf \\
+        --items results/benchmarks/suite.parquet --sampling '{...}' --backend hf \\
         --out results/evals/moonlight/base/generations.parquet
     python -m workflow_scripts evaluate score --items ... --generations .../generations.parquet \\
         --run '{"model": "moonlight", ...}' --scores .../scores.parquet --summary .../summary.json
     python -m workflow_scripts evaluate likelihood --checkpoint results/models/moonlight/base \\
-        --items results/benchmarks/*/items.parquet --routings own global_hard --families '{...}' \\
+        --items results/benchmarks/suite.parquet --routings own global_hard --families '{...}' \\
         --identity '{...}' --out .../likelihood.parquet --summary .../likelihood.json
 """
 
@@ -90,9 +92,7 @@ def run_toy_benchmark(args: argparse.Namespace) -> None:
 
 def run_items(args: argparse.Namespace) -> None:
     """Normalise a benchmark's raw rows into the item schema, options shuffled once (F.3)."""
-    import pyarrow as pa
-
-    from workflow_scripts.evaluate.items import ITEM_COLUMNS, normalise
+    from workflow_scripts.evaluate.items import normalise
 
     raw = _read_parquet(args.raw, "--raw")
     try:
@@ -101,10 +101,26 @@ def run_items(args: argparse.Namespace) -> None:
         raise UserInputError(f"--raw {args.raw}: {error}") from error
     if args.limit is not None:
         items = items.head(args.limit)
-    # Explicit types: a benchmark without options must still store ``choices`` as a list of strings.
-    schema = pa.schema([(c, pa.list_(pa.string()) if c == "choices" else pa.string()) for c in ITEM_COLUMNS])
-    write_parquet(pa.Table.from_pandas(items, schema=schema, preserve_index=False), args.out)
+    _write_items(items, args.out)
     print(f"items: {args.benchmark}: {len(items)} items from {len(raw)} raw rows", file=sys.stderr)
+
+
+def run_suite(args: argparse.Namespace) -> None:
+    """Every benchmark's items in one file, in the order given: what the evaluations read."""
+    items = _read_items(args.items)
+    _write_items(items, args.out)
+    counts = items.groupby("benchmark", sort=False).size()
+    print(f"suite: {len(items)} items, " + ", ".join(f"{b} {n}" for b, n in counts.items()), file=sys.stderr)
+
+
+def _write_items(items: Any, out: str) -> None:
+    """Items parquet with explicit types: a benchmark without options still stores ``choices`` as strings."""
+    import pyarrow as pa
+
+    from workflow_scripts.evaluate.items import ITEM_COLUMNS
+
+    schema = pa.schema([(c, pa.list_(pa.string()) if c == "choices" else pa.string()) for c in ITEM_COLUMNS])
+    write_parquet(pa.Table.from_pandas(items, schema=schema, preserve_index=False), out)
 
 
 def _prompts(checkpoint: str, items: Any) -> list[str]:
@@ -341,6 +357,17 @@ def register(stages: argparse._SubParsersAction) -> None:
         "--limit", type=int, help="keep only the first N items in source order (toy scale; default: all)"
     )
     items.add_argument("--out", required=True, help="output items parquet")
+
+    suite = add_command(
+        commands,
+        "suite",
+        run_suite,
+        "join every benchmark's items into the one file the evaluations read",
+        inputs=("items",),
+        outputs=("out",),
+    )
+    suite.add_argument("--items", nargs="+", required=True, help="items parquet files, in benchmark order")
+    suite.add_argument("--out", required=True, help="output items parquet (every benchmark)")
 
     generate = add_command(
         commands,
