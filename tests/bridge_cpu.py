@@ -117,7 +117,44 @@ def cpu_block_spec(config: Any, vp_stage: int | None = None) -> Any:
     if config.multi_latent_attention and config.q_lora_rank is None:
         for layer in block.layer_specs:
             layer.submodules.self_attention.submodules.q_layernorm = IdentityOp
+    _with_sequence_parallel_norms(block)
     return block
+
+
+class SequenceParallelTorchNorm:
+    """PyTorch's LayerNorm/RMSNorm as Megatron-Core's ``WrappedTorchNorm`` builds it, under sequence parallelism too.
+
+    ``WrappedTorchNorm`` refuses sequence parallelism; Transformer Engine's norms (a GPU run's)
+    mark their weights ``sequence_parallel``, so that ``finalize_model_grads`` sums their
+    gradients over the tensor-parallel ranks, each of which normalised its own sequence chunk.
+    """
+
+    def __new__(cls, config: Any, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> Any:
+        norms = {"LayerNorm": torch.nn.LayerNorm, "RMSNorm": torch.nn.RMSNorm}
+        norm = norms[config.normalization](hidden_size, eps=eps)
+        for param in norm.parameters():
+            param.sequence_parallel = config.sequence_parallel
+        return norm
+
+
+def _with_sequence_parallel_norms(spec: Any) -> None:
+    """Replace every ``WrappedTorchNorm`` in a (nested) layer spec by ``SequenceParallelTorchNorm``."""
+    import dataclasses
+
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    if isinstance(spec, list | tuple):
+        for item in spec:
+            _with_sequence_parallel_norms(item)
+        return
+    if not dataclasses.is_dataclass(spec) or isinstance(spec, type):
+        return
+    for field in dataclasses.fields(spec):
+        value = getattr(spec, field.name)
+        if value is WrappedTorchNorm:
+            setattr(spec, field.name, SequenceParallelTorchNorm)
+        else:
+            _with_sequence_parallel_norms(value)
 
 
 def _cpu_providers() -> None:

@@ -29,6 +29,8 @@ product's commands (``train megatron`` under ``torchrun`` included) run unchange
    9, 10). With Transformer Engine's optimizer the step lives in the parameter groups.
 7. The provider's cross-entropy is Megatron-Core's unfused one (``cross_entropy_loss_fusion``
    off; the SFT recipe asks for Transformer Engine's fused kernel).
+8. Parameters are fp32 unless ``RPB_CPU_RUN_PRECISION=1``, which keeps the precision the run asks
+   for (bf16 parameters with the distributed optimizer's fp32 main parameters run on CPU too).
 
 Not a CPU adaptation, a defect of the published wheels that this bypasses (the GPU check,
 ``tests/gpu/check_bridge_finetune.sh``, runs without it and so meets it on a cluster):
@@ -43,6 +45,7 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import os
 import sys
 import types
 from typing import Any
@@ -172,6 +175,9 @@ def install() -> None:
         return
     _stub_resiliency()
     bridge_cpu.CPU_PROVIDER_FIELDS["cross_entropy_loss_fusion"] = False
+    if os.environ.get("RPB_CPU_RUN_PRECISION") == "1":
+        for name in ("fp16", "bf16", "params_dtype", "pipeline_dtype", "autocast_dtype"):
+            bridge_cpu.CPU_PROVIDER_FIELDS.pop(name)
     _recipes_without_model_families()
     bridge_cpu.install()
     torch.cuda.empty_cache = lambda: None

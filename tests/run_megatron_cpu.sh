@@ -20,6 +20,9 @@ for file in tests/test_*megatron*.py; do
     [[ " ${compared_with_local[*]} " == *" $file "* ]] || others+=("$file")
 done
 .venv-megatron/bin/python -m pytest -q -m megatron "${others[@]}"
+# The product's training entry under torchrun at world size 4 (Bridge's finetune(), Megatron's
+# distributed optimizer, optimizer.step()): every condition kind, Router-L2's anchor and resume.
+.venv-megatron/bin/python -m pytest -q -m megatron_world tests/test_megatron_world.py
 # A toy table through the Megatron rules on CPU (tests/finetune_cpu.py): Snakemake and the other
 # stages in the project's .venv, the Megatron jobs in .venv-megatron. The GPU check's whole run on
 # CPU (about 10 minutes, three trainings) is left to developers: .venv/bin/python -m pytest -m megatron_table tests/test_gpu_check.py

@@ -49,7 +49,8 @@ def test_every_step_is_the_products_command_line():
     assert imported[:3] == ["/env/bin/python", "-m", "workflow_scripts"]
     launches = _commands(lines, "train megatron-launch")
     claims = _commands(lines, "train megatron-claim")
-    assert len(launches) == len(claims) == 2  # the run to kill and resume, and the same run uninterrupted
+    # Per condition: the run to kill and resume, and the same run uninterrupted.
+    assert len(launches) == len(claims) == 2 * len(check.CONDITIONS)
     for launch, claim in zip(launches, claims, strict=True):
         separator = launch.index("--")
         assert launch[separator - 4 : separator] == ["--nodes", "1", "--gpus-per-node", "1"]
@@ -57,14 +58,20 @@ def test_every_step_is_the_products_command_line():
         assert (
             claim[claim.index("megatron-claim") + 1 :] == launch[separator + 3 : launch.index("--moe-layers")]
         )
-    resumed, uninterrupted = launches
-    differ = [i for i, (a, b) in enumerate(zip(resumed, uninterrupted, strict=True)) if a != b]
-    assert [resumed[i - 1] for i in differ] == ["--work", "--out", "--record", "--provenance"]
-    launch = resumed
-    beta = load_config(toy=True)["conditions"]["rpb"]["params"]["beta"]  # the toy's calibrated strength
-    condition = json.loads(launch[launch.index("--condition") + 1])
-    assert condition == {"intervention": "rpb", "params": {"beta": beta}, "prior": "base"}
-    _command(lines, "train megatron-export")
+    toy = load_config(toy=True)["conditions"]
+    trained = {}
+    for resumed, uninterrupted in zip(launches[::2], launches[1::2], strict=True):
+        differ = [i for i, (a, b) in enumerate(zip(resumed, uninterrupted, strict=True)) if a != b]
+        assert [resumed[i - 1] for i in differ] == ["--work", "--out", "--record", "--provenance"]
+        condition = json.loads(resumed[resumed.index("--condition") + 1])
+        trained[condition["intervention"]] = condition
+        assert ("--prior" in resumed) == ("prior" in condition)
+    # RPB (the router hook) at the toy's calibrated strength, and Router-L2 (the optimizer hook).
+    assert trained == {
+        "rpb": {"intervention": "rpb", "params": toy["rpb"]["params"], "prior": "base"},
+        "router_l2": {"intervention": "router_l2", "params": toy["router_l2"]["params"]},
+    }
+    assert len(_commands(lines, "train megatron-export")) == len(check.CONDITIONS)
     _command(lines, "train chat-dataset")
     _command(lines, "priors compute")
 

@@ -350,9 +350,29 @@ def test_claim_keeps_a_work_folder_of_the_same_run_and_discards_another(paper_co
     assert main(argv) == 0
     assert not checkpoint.exists() and (work / resume.KEY_FILE).is_file()
     assert f"starting fresh: {work} was written for a different split" in capsys.readouterr().err
-    unkeyed = tmp_path / "unkeyed"
-    resume.iteration_dir(unkeyed / "checkpoints", 100).mkdir(parents=True)
-    assert resume.claim(unkeyed, "{}") is True and not (unkeyed / "checkpoints").exists()
+
+
+def test_claim_refuses_a_folder_it_did_not_make_and_deletes_nothing(paper_config, tmp_path, capsys):
+    """``--work results/evals/moonlight`` once deleted every evaluation of the model."""
+    from workflow_scripts.cli import main
+
+    evaluations = tmp_path / "results" / "evals" / "moonlight"
+    scores = evaluations / "math20k" / "sft" / "s42" / "scores.parquet"
+    scores.parent.mkdir(parents=True)
+    scores.write_bytes(b"scores")
+    for name in ("hf", "megatron", "dataset"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "train.parquet").write_bytes(b"rows")
+    argv = ["train", "megatron-claim", "--hf-base", str(tmp_path / "hf"), "--megatron-base"]
+    argv += [str(tmp_path / "megatron"), "--dataset", str(tmp_path / "dataset"), "--split"]
+    argv += [str(tmp_path / "train.parquet"), "--condition", '{"intervention": "none"}', "--training"]
+    argv += [json.dumps(paper_config["training"]), "--seed", "42", "--work", str(evaluations)]
+    assert main(argv) == 2
+    assert f"{evaluations} is not empty and holds no {resume.KEY_FILE}" in capsys.readouterr().err
+    assert scores.read_bytes() == b"scores" and not (evaluations / resume.KEY_FILE).exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert resume.claim(empty, "{}") is False and (empty / resume.KEY_FILE).read_text() == "{}"
 
 
 def test_import_refuses_a_tokenizer_larger_than_the_models_vocabulary(tmp_path, capsys):

@@ -70,7 +70,8 @@ def build_and_load(base, anchor_path, start: int) -> list:
 
 
 def first_prepare_grads(chunks) -> None:
-    """Megatron's ``FP32Optimizer.prepare_grads`` (fp32 training: the weights are the main params)."""
+    """Megatron's ``FP32Optimizer.prepare_grads`` (fp32 training: the weights are the main params),
+    under ``torch.no_grad`` as ``optimizer.step()`` calls it."""
     optimizer = FP32Optimizer.__new__(FP32Optimizer)  # its constructor allocates on CUDA
     optimizer.is_stub_optimizer = False
     optimizer.config = SimpleNamespace(timers=None)
@@ -78,7 +79,8 @@ def first_prepare_grads(chunks) -> None:
     optimizer.optimizer = torch.optim.SGD(params, lr=0.0)
     for router in find_routers(chunks):
         router.weight.grad = torch.zeros_like(router.weight)
-    optimizer.prepare_grads()
+    with torch.no_grad():
+        optimizer.prepare_grads()
 
 
 def test_router_l2_anchor_is_the_base_checkpoints_gate_weights(tmp_path, patched_optimizers):

@@ -98,6 +98,31 @@ def test_a_checkpoint_without_its_run_config_is_not_complete(tmp_path):
         resume.finish(save, tmp_path / "final", 200)
 
 
+def complete_checkpoint(save: Path, iteration: int) -> Path:
+    folder = resume.iteration_dir(save, iteration)
+    folder.mkdir(parents=True)
+    for marker in (".metadata", "train_state.pt", "__0_0.distcp"):
+        (folder / marker).write_text(marker)
+    (folder / "run_config.yaml").write_text("model: {num_layers: 2}\nvalidation: {eval_iters: 0}\n")
+    return folder
+
+
+def test_finish_killed_half_way_is_finished_by_the_rerun_from_the_kept_checkpoint(tmp_path):
+    """A kill between finish's two renames once left the only final checkpoint in ``<out>.staging``."""
+    save, out = tmp_path / "work" / "checkpoints", tmp_path / "trained"
+    final = complete_checkpoint(save, 200)
+    staging = out.with_name(out.name + ".staging")
+    (staging / final.name).mkdir(parents=True)  # a kill after part of the first finish
+    (staging / final.name / "__0_0.distcp").write_text("cut")
+    assert resume.latest_complete(save) == 200, "the rerun finds the final checkpoint where training left it"
+    moved = resume.finish(save, out, 200)
+    assert moved == out / final.name and not staging.exists()
+    assert (moved / "__0_0.distcp").read_text() == "__0_0.distcp"
+    assert (out / resume.TRACKER).read_text() == "200\n"
+    assert resume.is_complete(final), "the checkpoint stays until the work folder is removed"
+    assert resume.finish(save, out, 200) == moved, "finishing again replaces the output"
+
+
 def megatron_argv(inputs: dict[str, Path], work: Path, command: str, split: Path | None = None) -> list[str]:
     """``train megatron-claim`` or ``train megatron`` of one RPB run on the toy inputs."""
     argv = ["train", command, "--hf-base", str(inputs["base"]), "--megatron-base", str(inputs["base"])]

@@ -81,6 +81,37 @@ def test_every_condition_config_gives_megatron_the_values_of_f6_and_the_registry
         frozen = intervention in {"rpb", "rpb_hard"} or own_rate
         assert bias_rate == (0.0 if frozen else training["expert_bias_update_rate"]), name
         assert cfg.model.moe_router_fusion is False and cfg.model.calculate_per_token_loss is True
+        # Megatron-LM's validate_args refuses Transformer Engine's fused cross-entropy, which the
+        # Moonlight and DeepSeek-V2 providers ask for.
+        assert cfg.model.cross_entropy_loss_fusion and cfg.model.cross_entropy_fusion_impl == "native"
+        # A fresh start loads the base, never Bridge's tracker in the work folder.
+        assert cfg.checkpoint.load is None and cfg.checkpoint.ckpt_step is None
+
+
+def test_a_run_killed_during_its_first_save_starts_fresh_and_a_later_one_resumes_its_step(bases, tmp_path):
+    """Bridge resumes from its own tracker whenever ``checkpoint.load`` is set and ``ckpt_step`` is None.
+
+    A kill during the first save leaves that tracker pointing at a checkpoint without
+    ``run_config.yaml``: the product then passes no load folder at all.
+    """
+    from workflow_scripts.modeling.objective import Objective
+    from workflow_scripts.train.megatron import resume
+    from workflow_scripts.train.megatron.settings import bridge_config
+
+    config = paper_config()
+    save = tmp_path / "checkpoints"
+    killed = resume.iteration_dir(save, 100)
+    killed.mkdir(parents=True)
+    (killed / "train_state.pt").write_bytes(b"x")
+    (save / resume.TRACKER).write_text("100\n")
+    start = resume.latest_complete(save)
+    assert start is None
+    folders = (tmp_path / "megatron_base", tmp_path / "dataset", save)
+    objective = Objective.from_condition(config["conditions"]["sft"])
+    fresh = bridge_config(bases["moonlight"], *folders, objective, config["training"], NUM_ROWS, 42, start)
+    assert fresh.checkpoint.load is None and fresh.checkpoint.save == str(save)
+    later = bridge_config(bases["moonlight"], *folders, objective, config["training"], NUM_ROWS, 42, 200)
+    assert later.checkpoint.load == str(save) and later.checkpoint.ckpt_step == 200
 
 
 def test_bridge_keeps_only_the_newest_checkpoint_after_a_save(bases, tmp_path):

@@ -2,20 +2,25 @@
 
     bash tests/gpu/check_bridge_finetune.sh [--container envs/megatron.sif] [--dry-run]
 
-On one GPU with Transformer Engine (about 10 minutes, most of it imports and model builds),
-every step is the product's own command line, as ``rules/train.smk`` runs it:
+On one GPU with Transformer Engine (about 15 minutes, most of it imports and model builds),
+every step is the product's own command line, as ``rules/train.smk`` runs it, for RPB and for
+Router-L2 (whose anchor Megatron reaches only from ``optimizer.step()``):
 
 1. ``models toy-base`` builds the toy Moonlight of the registry (``profiles/local/toy.yaml``);
    ``priors compute`` takes its Q/A prior over a small arithmetic split (train env);
 2. ``train chat-dataset`` and ``train megatron-import`` (the Megatron env or image);
-3. ``train megatron-claim`` + ``train megatron-launch -- train megatron`` under the RPB
+3. ``train megatron-claim`` + ``train megatron-launch -- train megatron`` under each
    condition, killed (SIGKILL to the whole process group) as soon as its first checkpoint is
    complete, then claimed and launched again: it must resume from that checkpoint and finish;
    the same run in a second work folder, never interrupted: the resumed run's losses after
    the checkpoint and its final logits must equal that run's (weights, optimizer moments,
    schedule, RNG and data position all restored);
-4. ``train megatron-export``; the logits of the final Megatron checkpoint (Bridge's loader,
-   Megatron env) against the exported HF checkpoint's (transformers, as the probes load it).
+4. ``train megatron-export`` of each; the logits of the final Megatron checkpoint (Bridge's
+   loader, Megatron env) against the exported HF checkpoint's (transformers, as the probes load it).
+
+What one GPU cannot show: anything of several ranks (data-parallel shards of the distributed
+optimizer, tensor and sequence parallelism, expert parallelism, NCCL), multi-node rendezvous
+and the paper's shapes and memory; ``tests/test_megatron_world.py`` runs the ranks on CPU.
 
 It prints one PASS/FAIL line per step with its numbers and exits non-zero on any FAIL.
 ``--dry-run`` prints the commands and runs nothing. ``--cpu`` runs the same commands on
@@ -41,7 +46,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "tests" / "megatron_cpu_shim"
-MODEL, CONDITION, SEED = "moonlight", "rpb", 42
+MODEL, SEED = "moonlight", 42
+#: The conditions trained: the prior's router hook, and Router-L2's optimizer hook.
+CONDITIONS = ("rpb", "router_l2")
 #: Rows of the arithmetic split, and the training section's schedule over them: 3 epochs of
 #: 8-row global batches are 24 optimizer steps, a checkpoint every 8 (the kill lands after the first).
 ROWS, GLOBAL_BATCH, EPOCHS, CHECKPOINT_EVERY = 64, 8, 3, 8
@@ -188,8 +195,10 @@ class Check:
         self.moe_layers = int(model["moe_layers"])
         self.pretrain = {**config["toy_base"], "steps": PRETRAIN_STEPS}
         self.pretrain.pop("lbl_coefficient_by_model", None)
-        condition = config["conditions"][CONDITION]
-        self.condition = {key: condition[key] for key in CONDITION_KEYS if key in condition}
+        self.conditions = {
+            name: {key: value for key, value in config["conditions"][name].items() if key in CONDITION_KEYS}
+            for name in CONDITIONS
+        }
         self.training = training_section(config, args.precision)
         self.prior_batch = int(config["prior"]["batch_size"])
         work = Path(args.work).resolve()
@@ -197,10 +206,16 @@ class Check:
         self.base, self.split = work / "base", work / "split.parquet"
         self.prior, self.prior_meta = work / "prior" / "prior.npy", work / "prior" / "meta.json"
         self.dataset, self.megatron_base = work / "dataset", work / "megatron_base"
-        self.resumed = TrainingRun.named(work, "trained")
-        self.uninterrupted = TrainingRun.named(work, "uninterrupted")
-        self.exported = work / "exported"
         self.logs = work / "logs"
+
+    def resumed(self, name: str) -> TrainingRun:
+        return TrainingRun.named(self.work, f"{name}_trained")
+
+    def uninterrupted(self, name: str) -> TrainingRun:
+        return TrainingRun.named(self.work, f"{name}_uninterrupted")
+
+    def exported(self, name: str) -> Path:
+        return self.work / f"{name}_exported"
 
     # ----------------------------------------------------------------- environments
     def env(self) -> dict[str, str]:
@@ -226,8 +241,12 @@ class Check:
         return [*python, "-m", "tests.gpu.check_bridge_finetune", *argv]
 
     # ----------------------------------------------------------------- commands
-    def run_arguments(self, run: TrainingRun) -> list[str]:
-        """``params.run`` of rules/train.smk for this run."""
+    def run_arguments(self, run: TrainingRun, name: str) -> list[str]:
+        """``params.run`` of rules/train.smk for this run of condition ``name``."""
+        condition = self.conditions[name]
+        prior = (
+            ["--prior", str(self.prior), "--prior-meta", str(self.prior_meta)] if "prior" in condition else []
+        )
         return [
             "--hf-base",
             str(self.base),
@@ -238,15 +257,12 @@ class Check:
             "--split",
             str(self.split),
             "--condition",
-            json.dumps(self.condition, sort_keys=True),
+            json.dumps(condition, sort_keys=True),
             "--training",
             json.dumps(self.training, sort_keys=True),
             "--seed",
             str(SEED),
-            "--prior",
-            str(self.prior),
-            "--prior-meta",
-            str(self.prior_meta),
+            *prior,
             "--bias-in-gate-weights",
             "true",
             "--work",
@@ -316,10 +332,10 @@ class Check:
             ),
         ]
 
-    def claim(self, run: TrainingRun) -> list[str]:
-        return self.megatron_cmd("train", "megatron-claim", *self.run_arguments(run), gpu=False)
+    def claim(self, run: TrainingRun, name: str) -> list[str]:
+        return self.megatron_cmd("train", "megatron-claim", *self.run_arguments(run, name), gpu=False)
 
-    def launch(self, run: TrainingRun) -> list[str]:
+    def launch(self, run: TrainingRun, name: str) -> list[str]:
         """``megatron-launch`` without SLURM: one ``torchrun --standalone`` on this GPU."""
         container = ["--container", self.args.container] if self.args.container else []
         launcher = [sys.executable] if self.args.container else shlex.split(self.args.megatron_python)
@@ -337,7 +353,7 @@ class Check:
             "--",
             "train",
             "megatron",
-            *self.run_arguments(run),
+            *self.run_arguments(run, name),
             "--moe-layers",
             str(self.moe_layers),
             "--out",
@@ -348,21 +364,21 @@ class Check:
             str(run.provenance),
         ]
 
-    def export(self) -> list[str]:
+    def export(self, name: str) -> list[str]:
         return self.megatron_cmd(
             "train",
             "megatron-export",
             "--hf-base",
             str(self.base),
             "--megatron",
-            str(self.resumed.trained),
+            str(self.resumed(name).trained),
             "--out",
-            str(self.exported),
+            str(self.exported(name)),
             "--provenance",
-            str(self.work / "exported.provenance.json"),
+            str(self.work / f"{name}_exported.provenance.json"),
         )
 
-    def logits(self) -> tuple[list[str], list[str], list[str]]:
+    def logits(self, name: str) -> tuple[list[str], list[str], list[str]]:
         """Commands writing the logits of the resumed run, its HF export and the uninterrupted run."""
         ids = str(self.work / "ids.npy")
         if self.args.container:
@@ -374,24 +390,24 @@ class Check:
                 megatron,
                 "megatron-logits",
                 str(self.base),
-                str(self.resumed.trained),
+                str(self.resumed(name).trained),
                 ids,
-                str(self.work / "logits_megatron.npy"),
+                str(self.work / f"{name}_logits_megatron.npy"),
             ),
             self.module_cmd(
                 shlex.split(self.args.train_python),
                 "hf-logits",
-                str(self.exported),
+                str(self.exported(name)),
                 ids,
-                str(self.work / "logits_hf.npy"),
+                str(self.work / f"{name}_logits_hf.npy"),
             ),
             self.module_cmd(
                 megatron,
                 "megatron-logits",
                 str(self.base),
-                str(self.uninterrupted.trained),
+                str(self.uninterrupted(name).trained),
                 ids,
-                str(self.work / "logits_uninterrupted.npy"),
+                str(self.work / f"{name}_logits_uninterrupted.npy"),
             ),
         )
 
@@ -413,7 +429,7 @@ class Check:
         return report.add(True, step, f"{seconds:.0f} s")
 
     def launch_until(
-        self, step: str, run: TrainingRun, kill_at_first_checkpoint: bool, report: Report
+        self, step: str, run: TrainingRun, name: str, kill_at_first_checkpoint: bool, report: Report
     ) -> int | None:
         """Claim and launch; with ``kill_at_first_checkpoint`` SIGKILL the run once a checkpoint is complete.
 
@@ -421,13 +437,13 @@ class Check:
         """
         from workflow_scripts.train.megatron.resume import latest_complete
 
-        if not self.call(f"{step} claim", self.claim(run), report):
+        if not self.call(f"{step} claim", self.claim(run, name), report):
             return None
         log = self.logs / (slug(step) + ".log")
         start = time.monotonic()
         with log.open("w") as out:
             process = subprocess.Popen(
-                self.launch(run),
+                self.launch(run, name),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.env(),
@@ -471,57 +487,73 @@ class Check:
         print(f"# work folder {self.work}; PYTHONPATH {self.env()['PYTHONPATH']}")
         for step, argv in self.preparation():
             print(f"# {step}\n{shlex.join(argv)}")
-        for run, what in (
-            (self.resumed, "killed at its first complete checkpoint, then again to the end"),
-            (self.uninterrupted, "the same run uninterrupted, in its own folders"),
-        ):
-            print(f"# training, {what}\n{shlex.join(self.claim(run))}\n{shlex.join(self.launch(run))}")
-        print(f"# export\n{shlex.join(self.export())}")
-        for argv in self.logits():
-            print(shlex.join(argv))
+        for name in CONDITIONS:
+            for run, what in (
+                (self.resumed(name), "killed at its first complete checkpoint, then again to the end"),
+                (self.uninterrupted(name), "the same run uninterrupted, in its own folders"),
+            ):
+                claim, launch = shlex.join(self.claim(run, name)), shlex.join(self.launch(run, name))
+                print(f"# {name} training, {what}\n{claim}\n{launch}")
+            print(f"# {name} export\n{shlex.join(self.export(name))}")
+            for argv in self.logits(name):
+                print(shlex.join(argv))
 
     def run(self) -> Report:
-        from workflow_scripts.train.megatron.settings import run_steps
-
         report = Report()
         self.logs.mkdir(parents=True, exist_ok=True)
         for step, argv in self.preparation():
             if not self.call(step, argv, report):
                 return report
-        killed_at = self.launch_until("train (to be killed)", self.resumed, True, report)
-        if killed_at is None or self.launch_until("train (resumed)", self.resumed, False, report) is None:
-            return report
-        if self.launch_until("train (uninterrupted)", self.uninterrupted, False, report) is None:
-            return report
+        for name in CONDITIONS:
+            self.check_condition(name, report)
+        return report
+
+    def check_condition(self, name: str, report: Report) -> None:
+        """Kill and resume, the uninterrupted twin, export and logits of one condition's run."""
+        from workflow_scripts.train.megatron.settings import run_steps
+
+        resumed, uninterrupted = self.resumed(name), self.uninterrupted(name)
+        killed_at = self.launch_until(f"{name} train (to be killed)", resumed, name, True, report)
+        if (
+            killed_at is None
+            or self.launch_until(f"{name} train (resumed)", resumed, name, False, report) is None
+        ):
+            return
+        if self.launch_until(f"{name} train (uninterrupted)", uninterrupted, name, False, report) is None:
+            return
         steps = run_steps(self.training, ROWS)
-        record = json.loads(self.resumed.record.read_text())
+        record = json.loads(resumed.record.read_text())
         resumed_ok = record["steps"] == steps and record["resumed_from"][-1] == killed_at
         detail = f"record steps {record['steps']} (expected {steps}), resumed_from {record['resumed_from']}"
-        report.add(resumed_ok, "resume", detail)
-        if not self.call("export", self.export(), report):
-            return report
-        resumed_losses = logged_losses(self.logs / "train_resumed.log")
-        uninterrupted_losses = logged_losses(self.logs / "train_uninterrupted.log")
+        report.add(resumed_ok, f"{name} resume", detail)
+        if not self.call(f"{name} export", self.export(name), report):
+            return
         compare_losses(
-            resumed_losses, uninterrupted_losses, killed_at, LOSS_TOLERANCE[self.args.precision], report
+            logged_losses(self.logs / f"{name}_train_resumed.log"),
+            logged_losses(self.logs / f"{name}_train_uninterrupted.log"),
+            killed_at,
+            LOSS_TOLERANCE[self.args.precision],
+            report,
+            name,
         )
-        megatron_side, hf_side, uninterrupted_side = (
-            self.logits()
-        )  # the HF side writes the token ids all read
+        megatron_side, hf_side, uninterrupted_side = self.logits(name)  # the HF side writes the ids all read
         if not (
-            self.call("hf logits", hf_side, report) and self.call("megatron logits", megatron_side, report)
+            self.call(f"{name} hf logits", hf_side, report)
+            and self.call(f"{name} megatron logits", megatron_side, report)
         ):
-            return report
-        resumed = np.load(self.work / "logits_megatron.npy")
-        compare(resumed, np.load(self.work / "logits_hf.npy"), self.args.logit_tolerance, report)
-        if self.call("uninterrupted logits", uninterrupted_side, report):
-            difference = float(np.abs(resumed - np.load(self.work / "logits_uninterrupted.npy")).max())
+            return
+        trained = np.load(self.work / f"{name}_logits_megatron.npy")
+        compare(
+            trained, np.load(self.work / f"{name}_logits_hf.npy"), self.args.logit_tolerance, report, name
+        )
+        if self.call(f"{name} uninterrupted logits", uninterrupted_side, report):
+            other = np.load(self.work / f"{name}_logits_uninterrupted.npy")
+            difference = float(np.abs(trained - other).max())
             report.add(
                 difference <= self.args.logit_tolerance,
-                "resumed = uninterrupted logits",
+                f"{name} resumed = uninterrupted logits",
                 f"max |resumed - uninterrupted| {difference:.3g} (tolerance {self.args.logit_tolerance:g})",
             )
-        return report
 
 
 def kill_tree(root: int) -> None:
@@ -580,6 +612,7 @@ def compare_losses(
     killed_at: int,
     tolerance: float,
     report: Report,
+    name: str,
 ) -> None:
     """The resumed run's losses after its checkpoint against the uninterrupted run's, per iteration."""
     after = sorted(i for i in resumed if i > killed_at)
@@ -596,7 +629,7 @@ def compare_losses(
     )
     report.add(
         ok,
-        "resumed = uninterrupted losses",
+        f"{name} resumed = uninterrupted losses",
         detail + (f"; not logged uninterrupted: {missing}" if missing else ""),
     )
 
@@ -619,13 +652,13 @@ def probe_ids(checkpoint: Path) -> np.ndarray:
     return np.asarray([r[:length] for r in rows], dtype=np.int64)
 
 
-def compare(megatron: np.ndarray, hf: np.ndarray, tolerance: float, report: Report) -> None:
+def compare(megatron: np.ndarray, hf: np.ndarray, tolerance: float, report: Report, name: str) -> None:
     vocab = min(megatron.shape[-1], hf.shape[-1])  # Megatron pads the vocabulary to a multiple
     diff = np.abs(megatron[..., :vocab].astype(np.float64) - hf[..., :vocab])
     agree = float((megatron[..., :vocab].argmax(-1) == hf[..., :vocab].argmax(-1)).mean())
     report.add(
         bool(diff.max() <= tolerance),
-        "logits",
+        f"{name} logits",
         f"max |Megatron - HF export| {diff.max():.3g} (tolerance {tolerance:g}), mean {diff.mean():.3g}, "
         f"top-1 agreement {agree:.1%}, logits scale {np.abs(hf).max():.3g}, shape {hf.shape}",
     )

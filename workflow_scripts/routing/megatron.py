@@ -383,10 +383,16 @@ class RouterAnchor:
     Megatron's distributed optimizer a rank holds a flat shard of a weight
     (``shard_range``); the penalty is a sum over elements, so shards add up exactly.
 
-    The base weights are the routers' values at the first gradient of a fresh run
-    (``start_iteration`` 0), stored in ``path`` and read back by every later start. Not at
-    construction: Bridge builds the model (and runs the pre-wrap hook that makes this
-    anchor) on freshly initialised weights and loads the base checkpoint only afterwards.
+    Megatron reaches ``prepare_grads`` only from ``optimizer.step()``, under ``torch.no_grad``:
+    the autograd graph of the penalty is built under ``torch.enable_grad``.
+
+    The base weights are the routers' values at the first ``prepare_grads`` of a fresh run
+    (``start_iteration`` 0), stored in ``path`` by global rank 0 and read back by every rank
+    of every later start. Every rank takes them from its own full replica of the router
+    weights, whether or not its optimizer shard covers a router (with the distributed
+    optimizer, rank 0's shard often covers none). Not at construction: Bridge builds the
+    model (and runs the pre-wrap hook that makes this anchor) on freshly initialised weights
+    and loads the base checkpoint only afterwards.
     """
 
     def __init__(
@@ -399,15 +405,20 @@ class RouterAnchor:
         self.base: list[Tensor] | None = None
 
     def capture_or_load(self) -> None:
-        """Load the stored base weights; on a fresh run without them, capture and store them first."""
-        if self.path.is_file():
-            self.base = [w.float() for w in torch.load(self.path, map_location="cpu", weights_only=True)]
+        """Take the base weights once per process: stored ones on a resume, else the routers' own.
+
+        Called by every rank at its first ``prepare_grads``; global rank 0 stores what it takes.
+        """
+        if self.base is not None:
             return
         if self.start_iteration > 0:
-            raise RuntimeError(
-                f"resuming at iteration {self.start_iteration} but the Router-L2 base weights "
-                f"{self.path} are missing"
-            )
+            if not self.path.is_file():
+                raise RuntimeError(
+                    f"resuming at iteration {self.start_iteration} but the Router-L2 base weights "
+                    f"{self.path} are missing"
+                )
+            self.base = [w.float() for w in torch.load(self.path, map_location="cpu", weights_only=True)]
+            return
         self.base = [router.weight.detach().float().cpu().clone() for router in self.routers]
         if not dist.is_initialized() or dist.get_rank() == 0:
             from workflow_scripts.atomic import atomic_path
@@ -422,23 +433,24 @@ class RouterAnchor:
         ``parts[l]`` is MoE layer ``l``'s fp32 main parameter (``None`` where this rank holds
         no shard) and the flat element range it covers (``None``: the whole weight).
         """
-        if self.base is None:  # the first gradient: the base checkpoint (or a resume) is loaded
-            self.capture_or_load()
+        self.capture_or_load()
+        assert self.base is not None
         if len(parts) != len(self.base):
             raise ValueError(f"{len(parts)} main parameters for {len(self.base)} MoE layers")
         leaves, targets, owners = [], [], []
-        for (main, span), base in zip(parts, self.base, strict=True):
-            if main is None:
-                leaves.append(torch.zeros(0, requires_grad=True))
-                targets.append(torch.zeros(0))
-                owners.append(None)
-                continue
-            target = base.to(main.device).reshape(-1)[span] if span is not None else base.to(main.device)
-            leaves.append(main.detach().float().requires_grad_(True))
-            targets.append(target.reshape(main.shape))
-            owners.append(main)
-        value = self.strength * router_l2(leaves, targets)
-        grads = torch.autograd.grad(value, leaves)
+        with torch.enable_grad():
+            for (main, span), base in zip(parts, self.base, strict=True):
+                if main is None:
+                    leaves.append(torch.zeros(0, requires_grad=True))
+                    targets.append(torch.zeros(0))
+                    owners.append(None)
+                    continue
+                target = base.to(main.device).reshape(-1)[span] if span is not None else base.to(main.device)
+                leaves.append(main.detach().clone().float().requires_grad_(True))
+                targets.append(target.reshape(main.shape))
+                owners.append(main)
+            value = self.strength * router_l2(leaves, targets)
+            grads = torch.autograd.grad(value, leaves)
         for main, grad in zip(owners, grads, strict=True):
             if main is None:
                 continue

@@ -35,59 +35,102 @@ def pre_wrap_hook(context: Any, router_l2: float, anchor_path: Path, start: int)
     """Bridge's pre-wrap hook: swap the routers and, under Router-L2, install their anchor.
 
     The hook runs on freshly initialised weights, before Bridge loads the base checkpoint:
-    the anchor takes its base weights at the first gradient (``RouterAnchor``).
+    the anchor takes its base weights at the first gradient (``RouterAnchor``). Bridge's
+    parameter mapping picks a module's parallel type by class name, so the swapped class is
+    registered as the stock router's (replicated) for any conversion of the trained model.
     """
+    from megatron.bridge.models.conversion.param_mapping import AutoMapping
+
     from workflow_scripts.routing.megatron import RouterAnchor, install
+
+    AutoMapping.register_module_type("PriorBiasedRouter", "replicated")
 
     def swap_routers(chunks: list[Any]) -> list[Any]:
         routers = install(chunks, context)
-        if router_l2:
-            install_router_anchor(RouterAnchor(routers, router_l2, anchor_path, start))
+        install_router_anchor(RouterAnchor(routers, router_l2, anchor_path, start) if router_l2 else None)
         return chunks
 
     return swap_routers
 
 
-def install_router_anchor(anchor: Any) -> None:
-    """Add Router-L2's gradient to the fp32 main gradients after every ``prepare_grads``.
+def router_main_parameters(optimizer: Any, routers: list[Any]) -> list[tuple[Any, slice | None]]:
+    """Each router's fp32 main parameter in ``optimizer`` and the flat range it covers; ``(None, None)``
+    where this optimizer holds no part of it.
 
-    Patches the ``prepare_grads`` of Megatron's mixed-precision optimizers in this process
-    (the training entry point only). The optimizer that owns a router's main parameter adds
-    it; with the distributed optimizer each rank adds the shard it owns.
+    Megatron's distributed optimizer pairs every model parameter whose range this rank owns with
+    a flat fp32 shard: a copy for bf16 parameters, a view of the weight itself for fp32 ones
+    (which have no ``main_param``). The other optimizers hold the whole main parameter:
+    ``main_param`` under mixed precision, the weight itself in fp32.
+    """
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    if isinstance(optimizer, DistributedOptimizer):
+        shards = {
+            id(model_param): shard
+            for models, mains in (
+                (optimizer.model_float16_groups, optimizer.shard_fp32_from_float16_groups),
+                (optimizer.model_fp32_groups, optimizer.shard_fp32_groups),
+            )
+            for model_group, main_group in zip(models, mains, strict=True)
+            for model_param, shard in zip(model_group, main_group, strict=True)
+        }
+        found: list[tuple[Any, slice | None]] = []
+        for router in routers:
+            shard = shards.get(id(router.weight))
+            if shard is None:
+                found.append((None, None))
+                continue
+            param_range = optimizer._get_model_param_range_map(router.weight)["param"]
+            found.append((shard, slice(param_range.start, param_range.end)))
+        return found
+    owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    found = []
+    for router in routers:
+        main = getattr(router.weight, "main_param", None)
+        main = router.weight if main is None else main
+        found.append((main, None) if id(main) in owned else (None, None))
+    return found
+
+
+#: The Router-L2 anchor of the run this process trains (``None``: no Router-L2).
+_active_anchor: list[Any] = [None]
+
+
+def install_router_anchor(anchor: Any | None) -> None:
+    """Add ``anchor``'s Router-L2 gradient to the fp32 main gradients after every ``prepare_grads``.
+
+    Patches, once per process, the ``prepare_grads`` of Megatron's optimizers, which
+    ``optimizer.step()`` calls (a ``ChainedOptimizer`` calls each of its own); the patch
+    applies the process's current anchor (``None``: none, for a run without Router-L2).
+    Every rank takes the base weights at its first call, whether or not it owns a router
+    shard; the optimizer that owns a router's main parameter adds its gradient.
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptimizer
 
-    def parts(optimizer: Any) -> list[tuple[Any, slice | None]]:
-        owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        found = []
-        for router in anchor.routers:
-            main = getattr(router.weight, "main_param", None)
-            if main is None and id(router.weight) in owned:  # fp32 training: the weight is the main param
-                main = router.weight
-            if main is None or id(main) not in owned:
-                found.append((None, None))
-                continue
-            span = None
-            if isinstance(optimizer, DistributedOptimizer):
-                param_range = optimizer._get_model_param_range_map(router.weight)["param"]
-                span = slice(param_range.start, param_range.end)
-            found.append((main, span))
-        return found
+    _active_anchor[0] = anchor
 
     def wrap(original: Any) -> Any:
         def prepare_grads(self: Any) -> bool:
             found_inf = original(self)
-            chosen = parts(self)
+            current = _active_anchor[0]
+            if current is None:
+                return found_inf
+            current.capture_or_load()
+            if getattr(self, "is_stub_optimizer", False):
+                return found_inf
+            chosen = router_main_parameters(self, current.routers)
             if any(main is not None for main, _ in chosen):
-                anchor.add_gradients(chosen)
+                current.add_gradients(chosen)
             return found_inf
 
+        prepare_grads.adds_router_l2 = True
         return prepare_grads
 
     for cls in (MixedPrecisionOptimizer, DistributedOptimizer, FP32Optimizer):
-        if "prepare_grads" in vars(cls):
-            cls.prepare_grads = wrap(vars(cls)["prepare_grads"])
+        own = vars(cls).get("prepare_grads")
+        if own is not None and not getattr(own, "adds_router_l2", False):
+            cls.prepare_grads = wrap(own)
 
 
 def use_prebuilt_dataset_helpers() -> None:
@@ -104,6 +147,26 @@ def use_prebuilt_dataset_helpers() -> None:
 
     if importlib.util.find_spec("megatron.core.datasets.helpers_cpp") is not None:
         bridge_initialize.compile_helpers = lambda: None
+
+
+def final_checkpoint_without_optimizer() -> Any:
+    """A Bridge callback: the last step's checkpoint is saved without the optimizer state.
+
+    Only that checkpoint becomes the run's output (``resume.finish``), which export and the
+    provenance keep for good; the distributed optimizer's moments and fp32 main weights would
+    triple it (0.2-0.4 TB a paper-scale run). Earlier checkpoints keep them for resuming, and
+    a rerun after the last one only finishes. Bridge fires ``on_train_step_end`` after the
+    optimizer step and before the step's checkpoint, and reads ``save_optim`` at each save.
+    """
+    from megatron.bridge.training.callbacks import Callback
+
+    class FinalCheckpointWithoutOptimizer(Callback):
+        def on_train_step_end(self, context: Any) -> None:
+            state = context.state
+            if state.train_state.step + 1 >= state.cfg.train.train_iters:
+                state.cfg.checkpoint.save_optim = False
+
+    return FinalCheckpointWithoutOptimizer()
 
 
 def free_port() -> str:
@@ -144,6 +207,7 @@ def run_megatron(args: argparse.Namespace) -> None:
 
     work = Path(args.work)
     save_dir = work / "checkpoints"
+    steps = settings.run_steps(args.training, len(split))
     start = resume.latest_complete(save_dir)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
@@ -164,9 +228,10 @@ def run_megatron(args: argparse.Namespace) -> None:
     hook = pre_wrap_hook(context, objective.router_l2, work / "router_base.pt", start or 0)
     cfg.model.register_pre_wrap_hook(hook)
     use_prebuilt_dataset_helpers()
-    finetune(cfg, make_forward_step(context, None if prior is None else np.asarray(prior), table))
+    if start != steps:  # else a kill after the last checkpoint: only finishing is left
+        forward_step = make_forward_step(context, None if prior is None else np.asarray(prior), table)
+        finetune(cfg, forward_step, callbacks=[final_checkpoint_without_optimizer()])
     if rank0:
-        steps = settings.run_steps(args.training, len(split))
         final = resume.latest_complete(save_dir)
         if final != steps:
             raise RuntimeError(f"training ended at checkpoint {final}, expected step {steps}")

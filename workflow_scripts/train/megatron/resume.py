@@ -18,6 +18,7 @@ ranks' provenance record (``claimed_digests``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -82,12 +83,19 @@ def latest_complete(save: Path) -> int | None:
 
 
 def claim(work: Path, key: str) -> bool:
-    """Bind ``work`` to the run ``key`` (``run_key.py``); a folder of another key is discarded first.
+    """Bind ``work`` to the run ``key`` (``run_key.py``); a folder of another run's key is discarded first.
 
     Run once per job before the ranks start (``train megatron-claim``), so that no rank
     resumes weights trained on other inputs or settings. Returns whether it started fresh.
+    A non-empty folder without a run key was not made by a claim: it is refused, never
+    deleted (a mistyped ``--work`` must not cost another folder's files).
     """
     work, path = Path(work), Path(work) / KEY_FILE
+    if work.is_dir() and not path.is_file() and any(work.iterdir()):
+        raise UserInputError(
+            f"{work} is not empty and holds no {KEY_FILE}: it is not a Megatron run's work folder; "
+            "name an empty or new folder with --work"
+        )
     stale = path.is_file() and path.read_text() != key
     if stale:
         differing = ", ".join(differing_fields(path.read_text(), key))
@@ -95,10 +103,6 @@ def claim(work: Path, key: str) -> bool:
             f"starting fresh: {work} was written for a different {differing}; discarding it", file=sys.stderr
         )
         shutil.rmtree(work)
-    elif work.is_dir() and not path.is_file() and any(work.iterdir()):
-        print(f"starting fresh: {work} has no run key; discarding it", file=sys.stderr)
-        shutil.rmtree(work)
-        stale = True
     work.mkdir(parents=True, exist_ok=True)
     write_text(path, key)
     return stale
@@ -134,18 +138,22 @@ def record_start(work: Path, iteration: int | None) -> list[int]:
 
 
 def finish(save: Path, out: Path, iteration: int) -> Path:
-    """Move the final complete iteration into ``out`` as a self-contained Megatron checkpoint.
+    """Put the final complete iteration into ``out`` as a self-contained Megatron checkpoint.
 
     ``out`` gets ``iter_NNNNNNN/`` and its own tracker file, assembled in a temporary sibling
-    and renamed into place, so a kill never leaves a half-moved output.
+    from hard links to the checkpoint's files and renamed into place: the checkpoint stays in
+    ``save`` until the run's work folder is removed, so a kill at any point leaves a complete
+    copy that the rerun finishes from (``train megatron`` skips the training when the newest
+    complete checkpoint is the last step's), and a half-assembled ``out`` is replaced.
     """
     final = iteration_dir(save, iteration)
     if not is_complete(final):
         raise RuntimeError(f"the final checkpoint {final} is incomplete (missing one of {COMPLETE_MARKERS})")
     out = Path(out)
     staging = out.with_name(out.name + ".staging")
-    staging.mkdir(parents=True, exist_ok=True)
-    final.rename(staging / final.name)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(final, staging / final.name, copy_function=os.link)
     (staging / TRACKER).write_text(f"{iteration}\n")
+    shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out / final.name

@@ -183,7 +183,9 @@ def model_settings(objective: Objective, training: Mapping[str, Any]) -> dict[st
     """Provider fields of a run: parallel layout, sequence length, loss normalisation, router settings.
 
     ``calculate_per_token_loss`` makes the loss the mean over the answer tokens of the whole
-    global batch, the local backend's normalisation.
+    global batch, the local backend's normalisation. The cross-entropy stays fused, with
+    Megatron-Core's native kernel: the Moonlight and DeepSeek-V2 providers ask for Transformer
+    Engine's, which Megatron-LM refuses for its stability issues (``validate_args``).
     """
     parallelism = Parallelism.from_config(training["parallelism"])
     return {
@@ -192,6 +194,8 @@ def model_settings(objective: Objective, training: Mapping[str, Any]) -> dict[st
         "seq_length": int(training["sequence_length"]),
         "calculate_per_token_loss": True,
         "cuda_graph_impl": "none",
+        "cross_entropy_loss_fusion": True,
+        "cross_entropy_fusion_impl": "native",
         "moe_shared_expert_overlap": False,
     }
 
@@ -249,7 +253,10 @@ def bridge_config(
     cfg.tokenizer.tokenizer_model = str(hf_base)
     cfg.tokenizer.hf_tokenizer_kwargs = {"trust_remote_code": True}  # Moonlight's tokenizer is remote code
     cfg.checkpoint.pretrained_checkpoint = str(megatron_base)
-    cfg.checkpoint.save = cfg.checkpoint.load = str(save_dir)
+    cfg.checkpoint.save = str(save_dir)
+    # A fresh start loads the base only: Bridge would otherwise resume from its own tracker,
+    # which a kill during the first save leaves pointing at an incomplete checkpoint.
+    cfg.checkpoint.load = None if resume_step is None else str(save_dir)
     cfg.checkpoint.ckpt_step = resume_step
     # The recipe logs to nemo_experiments/ under the working directory (the checkout): keep the
     # run's TensorBoard events in its own work folder instead.
