@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Every test, from a fresh checkout: the project's .venv (the README's set-up), the unit and
-# toy-pipeline tests, then the four scripts that run what otherwise runs only on a cluster
-# (docs/cluster-path.md). Building an environment is mostly downloading and unpacking wheels, so
-# the Megatron one is built beside the main suite and the stage ones beside the vLLM tests, which
-# are mostly computing; their logs are logs/megatron-env.log and logs/stage-envs.log.
+# Every test, from a fresh checkout: the project's .venv (the README's set-up), whether the
+# Megatron conda env's pins install on its platform, the unit and toy-pipeline tests, then the
+# four scripts that run what otherwise runs only on a cluster (docs/cluster-path.md). Building an
+# environment is mostly downloading and unpacking wheels, so the Megatron one is built beside the
+# main suite and the stage ones beside the vLLM tests, which are mostly computing; their logs are
+# logs/megatron-env.log and logs/stage-envs.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 . .venv/bin/activate
 pip install -q -r envs/requirements-local.txt
 pip install -q -e .
+# 3 GB of wheels, 1.5 to 6.5 minutes: before the Megatron env's build, so as not to share the disk.
+bash tests/check_megatron_env_resolves.sh
 mkdir -p logs
 # Waits for a build started in the background; prints its log if it failed.
 finish() {
