@@ -130,3 +130,22 @@ def test_the_container_test_imports_bridges_training_core_and_transformer_engine
         if words[:2] == ["python", "-c"] and words[2].startswith("import "):
             imported |= {m.strip() for m in words[2].removeprefix("import ").split(",")}
     assert {"megatron.bridge.training.finetune", "megatron.core", "transformer_engine"} <= imported
+
+
+def test_a_venv_of_an_env_runs_its_post_deploy_script_in_it(tmp_path, monkeypatch):
+    """Without conda (``envs venv``) the environment is finished as Snakemake finishes a conda one."""
+    import sys
+
+    from workflow_scripts import envs_cli
+
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    (envs / "probe.post-deploy.sh").write_text('command -v python > "$OUT"\n')
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(envs_cli, "ENVS", envs)
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    envs_cli.post_deploy("probe", prefix)
+    assert (tmp_path / "out").read_text().strip() == str(prefix / "bin" / "python")  # the env's own
+    envs_cli.post_deploy("absent", prefix)  # an env without a script is left as pip made it

@@ -94,4 +94,17 @@ def run_venv(args: argparse.Namespace) -> None:
     subprocess.run([str(pip), "install", "-q", *pins], check=True)
     if args.cpu:
         subprocess.run([str(pip), "uninstall", "-q", "-y", *CUDA_ONLY_ON_PYPI], check=True)
+    post_deploy(args.env, prefix)
     print(f"{args.env}: {prefix} (Python {version}, {len(pins)} pins)")
+
+
+def post_deploy(env: str, prefix: Path) -> None:
+    """Run ``envs/<env>.post-deploy.sh`` with the environment's interpreter first on ``PATH``.
+
+    Snakemake runs it after creating the conda environment: what a pip list cannot say
+    (Megatron's packages without their dependencies, Transformer Engine built against torch).
+    """
+    script = ENVS / f"{env}.post-deploy.sh"
+    if script.is_file():
+        path = os.pathsep.join([str(Path(prefix) / "bin"), os.environ.get("PATH", "")])
+        subprocess.run(["bash", str(script)], env={**os.environ, "PATH": path}, check=True)
