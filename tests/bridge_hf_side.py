@@ -6,7 +6,8 @@ conversion tests therefore run this module in a subprocess with that transformer
 ``PYTHONPATH`` (tests/run_megatron_cpu.sh installs it).
 
 ``base ARCH OUT``: a toy base of architecture ``ARCH`` with its paper family's chat template
-and special tokens (``tests.chat_families``); Moonlight's tokenizer is remote code, as on the hub.
+and special tokens (``tests.chat_families``); Moonlight's tokenizer is the toy pipeline's, remote
+code with a Python backend, as on the hub.
 ``inspect CHECKPOINT IDS.npy OUT_DIR``: what the probes and evaluations read of an HF checkpoint:
 float32 logits ``(B, S, V)`` (``logits.npy``), the tokenizer's rendering of a fixed chat
 (``chat.txt``, loaded with ``trust_remote_code`` as the evaluation loads it) and the model's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,53 +26,30 @@ import numpy as np
 #: The paper family (``tests.chat_families``) whose chat template and special tokens each toy carries.
 FAMILY = {"deepseek_v3": "moonlight", "deepseek_v2": "deepseek_v2_lite", "qwen3_moe": "qwen3_30b_a3b"}
 
-#: Moonlight's tokenizer is remote code with its own vocabulary file (``tokenization_moonshot.py``,
-#: ``tiktoken.model``; no ``tokenizer.json``), so loading it needs ``trust_remote_code``. The
-#: stand-in: a fast tokenizer under its own class, reading its vocabulary from its own file.
-REMOTE_TOKENIZER = "tokenization_moonshot.py"
-REMOTE_VOCABULARY = "moonshot_vocab.json"
-REMOTE_TOKENIZER_CODE = f'''"""Stand-in for Moonlight's remote-code tokenizer."""
-import os
-import shutil
-
-from transformers import PreTrainedTokenizerFast
-
-
-class TikTokenTokenizer(PreTrainedTokenizerFast):
-    vocab_files_names = {{"vocab_file": "{REMOTE_VOCABULARY}"}}
-
-    def __init__(self, vocab_file=None, **kwargs):
-        kwargs.pop("tokenizer_file", None)
-        super().__init__(tokenizer_file=vocab_file, **kwargs)
-        self.vocab_file = vocab_file
-
-    def save_vocabulary(self, save_directory, filename_prefix=None):
-        target = os.path.join(save_directory, "{REMOTE_VOCABULARY}")
-        if os.path.abspath(self.vocab_file) != os.path.abspath(target):
-            shutil.copyfile(self.vocab_file, target)
-        return (target,)
-'''
-
 CHAT = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5."}]
 
 
 def write_base(arch: str, out: Path) -> None:
-    """A toy base of ``arch`` with its family's tokens and chat template, saved like the pipeline's."""
-    from tests.chat_families import FAMILIES, family_tokenizer
+    """A toy base of ``arch`` with its family's tokens and chat template, saved like the pipeline's.
+
+    The toy Moonlight's tokenizer is the pipeline's (``modeling.moonlight``): remote code with a
+    Python backend, two ids longer than the model's embedding, as the hub's Moonlight.
+    """
+    from tests.chat_families import FAMILIES, family_tokenizer, moonlight_remote_tokenizer
     from tests.dag import registry_toy_spec, toy_rows
+    from workflow_scripts.modeling.moonlight import model_vocab_size
     from workflow_scripts.modeling.toy import build_toy_model, save_toy_base
 
     prompts, answers = toy_rows()
-    tokenizer = family_tokenizer(FAMILIES[FAMILY[arch]], prompts + answers)
-    save_toy_base(build_toy_model(arch, registry_toy_spec(arch), tokenizer, seed=0), tokenizer, out)
-    if arch == "deepseek_v3":
-        (out / REMOTE_TOKENIZER).write_text(REMOTE_TOKENIZER_CODE)
-        (out / "tokenizer.json").rename(out / REMOTE_VOCABULARY)
-        config_path = out / "tokenizer_config.json"
-        config = json.loads(config_path.read_text())
-        config["tokenizer_class"] = "TikTokenTokenizer"
-        config["auto_map"] = {"AutoTokenizer": ["tokenization_moonshot.TikTokenTokenizer", None]}
-        config_path.write_text(json.dumps(config, indent=2))
+    with tempfile.TemporaryDirectory() as folder:
+        if arch == "deepseek_v3":
+            tokenizer = moonlight_remote_tokenizer(prompts + answers, Path(folder))
+            rows = model_vocab_size(tokenizer)
+        else:
+            tokenizer = family_tokenizer(FAMILIES[FAMILY[arch]], prompts + answers)
+            rows = len(tokenizer)
+        model = build_toy_model(arch, registry_toy_spec(arch), tokenizer, seed=0, vocab_size=rows)
+        save_toy_base(model, tokenizer, out)
 
 
 def inspect(checkpoint: Path, input_ids: np.ndarray, out: Path) -> None:

@@ -6,15 +6,20 @@ eos ``[EOS]``, so an assistant turn ends in ``<|im_end|>``, not eos), DeepSeek-V
 ("User: ... Assistant: ..." plain text, the turn ends in eos; no marker Bridge knows) and
 Qwen3-30B-A3B (ChatML with its ``<think>`` handling; eos ``<|endoftext|>``, a turn ends in
 ``<|im_end|>\\n``). Each toy tokenizer carries its family's special tokens under the family's
-names, so a template renders and tokenises as it does for the real model.
+names, so a template renders and tokenises as it does for the real model. These are fast
+tokenizers; Moonlight's own kind, remote code with a Python backend, is
+``moonlight_remote_tokenizer`` (the toy pipeline's, ``workflow_scripts.modeling.moonlight``).
 """
 
 # ruff: noqa: E501  (the templates are the families' texts verbatim)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from workflow_scripts.modeling.moonlight import CHAT_TEMPLATE as MOONLIGHT_TEMPLATE
 
 DEEPSEEK_V2_TEMPLATE = (
     "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
@@ -25,15 +30,6 @@ DEEPSEEK_V2_TEMPLATE = (
     "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
 )
 
-MOONLIGHT_TEMPLATE = (
-    "{%- for message in messages -%}{%- if loop.first and messages[0]['role'] != 'system' -%}"
-    "{{'<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>'}}{%- endif -%}"
-    "{%- if message['role'] == 'system' -%}{{'<|im_system|>'}}{%- endif -%}"
-    "{%- if message['role'] == 'user' -%}{{'<|im_user|>'}}{%- endif -%}"
-    "{%- if message['role'] == 'assistant' -%}{{'<|im_assistant|>'}}{%- endif -%}"
-    "{{- message['role'] -}}{{'<|im_middle|>'}}{{message['content']}}{{'<|im_end|>'}}{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{'<|im_assistant|>assistant<|im_middle|>'}}{%- endif -%}"
-)
 
 QWEN3_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
@@ -198,3 +194,16 @@ def family_tokenizer(family: ChatFamily, texts: list[str], vocab_size: int = 400
     )
     tokenizer.chat_template = family.template
     return tokenizer
+
+
+def moonlight_remote_tokenizer(
+    texts: list[str], folder: Path, vocab_size: int = 600
+) -> PreTrainedTokenizerBase:
+    """Moonlight's tokenizer as its hub ships it (remote code, Python backend), learned from ``texts``.
+
+    Its files live in ``folder``; the model's ``vocab_size`` is ``model_vocab_size(tokenizer)``.
+    The texts count three times, so that a test's few rows give pairs the trainer merges.
+    """
+    from workflow_scripts.modeling.moonlight import moonlight_tokenizer
+
+    return moonlight_tokenizer(texts * 3, vocab_size, folder)

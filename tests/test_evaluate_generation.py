@@ -17,6 +17,7 @@ from workflow_scripts.evaluate.generation import (
     parse_vllm_outputs,
     rows_for,
     shard_bounds,
+    stop_ids,
     vllm_sampling_kwargs,
 )
 from workflow_scripts.modeling.tokenizer import train_tokenizer
@@ -134,3 +135,39 @@ def test_rows_pair_every_item_with_each_repeat_seed():
         ("gsm8k/0", 1, 43),
         ("mbpp/1", 1, 43),
     ]
+
+
+def test_a_moonlight_response_ends_at_im_end_not_only_at_eos(tmp_path):
+    """Moonlight's eos is [EOS] but its turn ends in <|im_end|>, the token post-training teaches to emit."""
+    from tests.chat_families import moonlight_remote_tokenizer
+
+    tokenizer = moonlight_remote_tokenizer(QUESTIONS * 4 + ["the answer is 5"], tmp_path)
+    im_end, five = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.encode("5")[0]
+    assert stop_ids(tokenizer) == sorted([tokenizer.eos_token_id, im_end])
+
+    class Scripted:
+        """A model whose every continuation is '5', <|im_end|>, then more '5's."""
+
+        config = SimpleNamespace(max_position_embeddings=4096)
+
+        def eval(self) -> None:
+            pass
+
+        def generate(self, input_ids, eos_token_id, **kwargs):
+            assert eos_token_id == stop_ids(tokenizer)
+            tail = torch.tensor([five, im_end, five, five]).expand(len(input_ids), 4)
+            return torch.cat([input_ids, tail], dim=1)
+
+    prompts = chat_prompts(tokenizer, [[{"role": "user", "content": q}] for q in QUESTIONS])
+    for completion in generate_hf(Scripted(), tokenizer, prompts, SAMPLING, batch_size=3)[0]:
+        assert completion == Completion("5", 2, "stop")
+
+
+def test_vllm_requests_stop_at_the_templates_turn_end():
+    sampling = Sampling(temperature=0.6, top_p=0.95, max_new_tokens=8, seeds=(42,))
+    assert vllm_sampling_kwargs(sampling, 0, [7, 9])["stop_token_ids"] == [7, 9]
+
+
+def test_a_generic_toys_turn_ends_at_eos(tiny):
+    _, tokenizer, _ = tiny
+    assert stop_ids(tokenizer) == [tokenizer.eos_token_id]

@@ -40,10 +40,10 @@ PRETRAIN = {
 }
 
 
-def toy_base(tmp_path, architecture="qwen3_moe", spec=SPEC) -> subprocess.CompletedProcess:
+def toy_base(tmp_path, architecture="qwen3_moe", spec=SPEC, pretrain=PRETRAIN) -> subprocess.CompletedProcess:
     command = [
         sys.executable, "-m", "workflow_scripts", "models", "toy-base", "--architecture", architecture,
-        "--spec", json.dumps(spec), "--pretrain", json.dumps(PRETRAIN),
+        "--spec", json.dumps(spec), "--pretrain", json.dumps(pretrain),
         "--out", str(tmp_path / "base"), "--report", str(tmp_path / "report.json"),
     ]  # fmt: skip
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -63,6 +63,27 @@ def test_toy_base_is_built_pretrained_and_reported(tmp_path):
     model, tokenizer = load_local(tmp_path / "base")
     assert len(find_gates(model)) == SPEC["num_layers"] - SPEC["first_dense_layers"]
     assert tokenizer.chat_template
+
+
+@pytest.mark.slow
+def test_the_toy_moonlight_ships_the_kind_of_tokenizer_moonlights_hub_does(tmp_path):
+    """Remote code with a Python backend, two ids longer than the model's ``vocab_size``, as Moonlight."""
+    from workflow_scripts.modeling.moonlight import CHAT_TEMPLATE, RANK_FILE
+
+    done = toy_base(tmp_path, architecture="deepseek_v3", pretrain={**PRETRAIN, "vocab_size": 600})
+    assert done.returncode == 0, done.stderr
+    base = tmp_path / "base"
+    assert (base / "tokenization_moonshot.py").is_file() and (base / RANK_FILE).is_file()
+    assert not (base / "tokenizer.json").exists()
+    model, tokenizer = load_local(base)
+    assert type(tokenizer).__name__ == "TikTokenTokenizer" and not tokenizer.is_fast
+    assert (
+        len(tokenizer)
+        == model.config.vocab_size + 2
+        == json.loads((base / "config.json").read_text())["vocab_size"] + 2
+    )
+    assert model.config.eos_token_id == tokenizer.eos_token_id == tokenizer.convert_tokens_to_ids("[EOS]")
+    assert tokenizer.chat_template == CHAT_TEMPLATE
 
 
 @pytest.mark.slow

@@ -29,7 +29,6 @@ import torch  # noqa: E402
 from megatron.bridge import AutoBridge  # noqa: E402
 from megatron.bridge.data.batch_utils import prepare_finetuning_batch  # noqa: E402
 from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetBuilder  # noqa: E402
-from megatron.bridge.models.conversion.param_mapping import AutoMapping  # noqa: E402
 from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer  # noqa: E402
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # noqa: E402
 from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptimizer  # noqa: E402
@@ -108,7 +107,6 @@ def bridge_model(run: FamilyRun, objective: Objective) -> tuple[list, object, ob
     hook = pre_wrap_hook(context, objective.router_l2, run.work / "router_base.pt", 0)
     provider.register_pre_wrap_hook(hook)
     chunks = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
-    AutoMapping.register_module_type("PriorBiasedRouter", "replicated")
     AutoBridge.from_hf_pretrained(str(run.base)).load_hf_weights(chunks)
     return chunks, cfg, context
 
@@ -137,7 +135,7 @@ def test_forward_step_trains_every_condition_on_bridges_micro_batches(
     prior = np.random.default_rng(0).dirichlet(
         np.ones(SPEC.num_experts), size=(ROWS, 2, context.num_moe_layers)
     )
-    table = span_table(run.tokenizer, run.prompts, run.answers, SEQUENCE_LENGTH)
+    table = span_table(run.tokenizer, run.prompts, run.answers, SEQUENCE_LENGTH, len(run.tokenizer))
     forward_step = make_forward_step(context, prior.astype(np.float32), table)
 
     state = SimpleNamespace(cfg=cfg)

@@ -4,7 +4,9 @@ Each family's toy base (its architecture, its real chat template and special tok
 product's ``ConfigContainer`` (``settings.bridge_config``), the chat template the training
 entry point sets (``dataset.bridge_chat_template``), Bridge's tokenizer, ``GPTSFTDatasetBuilder``
 and the chat dataset's ``collate_fn``: the rows the forward step sees are Bridge's, not built
-by hand.
+by hand. Moonlight runs twice: with a fast stand-in tokenizer and with the kind its hub ships
+(``moonlight_remote``: remote code, Python backend, two ids longer than the model), which
+cannot take a generation block.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import torch  # noqa: E402
 from megatron.bridge.data.builders.gpt_sft import GPTSFTDatasetBuilder  # noqa: E402
 from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer  # noqa: E402
 
-from tests.chat_families import FAMILIES, family_tokenizer  # noqa: E402
+from tests.chat_families import FAMILIES, family_tokenizer, moonlight_remote_tokenizer  # noqa: E402
 from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
 from tests.dag import toy_rows  # noqa: E402
 from tests.megatron_settings_table import paper_config  # noqa: E402
 from workflow_scripts.modeling.batches import Example, labels_for  # noqa: E402
+from workflow_scripts.modeling.moonlight import model_vocab_size  # noqa: E402
 from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.tokenizer import answer_span_mask  # noqa: E402
 from workflow_scripts.modeling.toy import build_toy_model, save_toy_base  # noqa: E402
@@ -40,8 +43,14 @@ from workflow_scripts.train.megatron.dataset import bridge_chat_template, write_
 from workflow_scripts.train.megatron.settings import bridge_config  # noqa: E402
 from workflow_scripts.train.megatron.spans import batch_span_ids, row_ids, span_table  # noqa: E402
 
-#: The toy architecture standing in for each family's paper model.
-ARCHITECTURES = {"moonlight": "deepseek_v3", "deepseek_v2_lite": "deepseek_v2", "qwen3_30b_a3b": "qwen3_moe"}
+#: The toy architecture standing in for each family's paper model; ``moonlight_remote`` is Moonlight
+#: with its hub's kind of tokenizer.
+ARCHITECTURES = {
+    "moonlight": "deepseek_v3",
+    "moonlight_remote": "deepseek_v3",
+    "deepseek_v2_lite": "deepseek_v2",
+    "qwen3_30b_a3b": "qwen3_moe",
+}
 ROWS = 6
 SEQUENCE_LENGTH = 64
 
@@ -64,9 +73,14 @@ class FamilyRun:
     def __init__(self, family: str, root: Path) -> None:
         self.prompts, self.answers = toy_rows(ROWS)
         self.prompts[2] = self.prompts[2] + " " + " ".join(["long"] * 40)  # cut at the sequence length
-        self.tokenizer = family_tokenizer(FAMILIES[family], self.prompts + self.answers)
+        if family == "moonlight_remote":
+            self.tokenizer = moonlight_remote_tokenizer(self.prompts + self.answers, root / "tokenizer")
+            self.rows = model_vocab_size(self.tokenizer)
+        else:
+            self.tokenizer = family_tokenizer(FAMILIES[family], self.prompts + self.answers)
+            self.rows = len(self.tokenizer)
         self.base = root / "base"
-        model = build_toy_model(ARCHITECTURES[family], SPEC, self.tokenizer, 0)
+        model = build_toy_model(ARCHITECTURES[family], SPEC, self.tokenizer, 0, self.rows)
         save_toy_base(model, self.tokenizer, self.base)
         self.dataset_dir = root / "dataset"
         write_chat_dataset(self.prompts, self.answers, self.dataset_dir)
@@ -88,7 +102,7 @@ class FamilyRun:
         return self.dataset(bridge_chat_template(self.tokenizer, self.prompts, self.answers))
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
 def family(request, tmp_path_factory) -> FamilyRun:
     return FamilyRun(request.param, tmp_path_factory.mktemp(request.param))
 
@@ -123,7 +137,7 @@ def test_span_ids_of_bridges_batch_are_the_local_backends(family):
     """The forward step's spans agree with Bridge's eos-padded inputs, whatever the template ends in."""
     batch = collated(family.product_dataset())
     rows = row_ids(batch["metadata"], ROWS)
-    table = span_table(family.tokenizer, family.prompts, family.answers, SEQUENCE_LENGTH)
+    table = span_table(family.tokenizer, family.prompts, family.answers, SEQUENCE_LENGTH, family.rows)
     spans = batch_span_ids(batch["tokens"], rows, table)
     for sample, row in enumerate(rows):
         ids, want = answer_span_mask(family.tokenizer, family.prompts[row], family.answers[row])
@@ -147,3 +161,13 @@ def test_building_bridges_dataset_leaves_the_dataset_folder_and_the_run_key_unch
     assert after == before
     assert not resume.claim(run.work, json.dumps({"dataset": after[1]["sha256"]}))
     assert checkpoint.is_dir()
+
+
+def test_a_python_backend_tokenizer_keeps_its_own_template_which_a_generation_block_would_break(tmp_path):
+    """Bridge's generation-block mask calls ``char_to_token``, which a Python-backend tokenizer lacks."""
+    run = FamilyRun("moonlight_remote", tmp_path)
+    assert not run.tokenizer.is_fast
+    assert bridge_chat_template(run.tokenizer, run.prompts, run.answers) == run.tokenizer.chat_template
+    block = "{% for m in messages %}{% generation %}{{ m['content'] }}{% endgeneration %}{% endfor %}"
+    with pytest.raises(ValueError, match="char_to_token"):
+        run.dataset(block)[0]

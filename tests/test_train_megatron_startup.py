@@ -12,7 +12,7 @@ pytest.importorskip("megatron.core", reason="runs in the Megatron environment (d
 from tests import bridge_cpu  # noqa: E402
 
 bridge_cpu.install()  # Bridge imports Transformer Engine unguarded in one place: stubbed first
-from tests.megatron_settings_table import build, paper_config, toy_bases  # noqa: E402
+from tests.megatron_settings_table import build, paper_config  # noqa: E402
 from workflow_scripts.train.megatron import entry  # noqa: E402
 
 pytestmark = pytest.mark.megatron
@@ -32,12 +32,28 @@ def test_bridge_start_up_does_not_rebuild_the_wheels_prebuilt_dataset_helpers(mo
     bridge_initialize.compile_helpers()  # now a no-op: the helpers import as built
 
 
-def test_bridge_loads_the_tokenizer_with_remote_code_allowed(tmp_path):
-    """Moonlight's tokenizer is remote code: Bridge's tokenizer config must allow it."""
+def test_bridge_loads_moonlights_tokenizer_as_its_remote_code(tmp_path):
+    """Without ``trust_remote_code`` in Bridge's own config field (its ``hf_tokenizer_kwargs`` are read
+    only when the config is made), transformers 5.12.1 converts ``tiktoken.model`` into a fast
+    tokenizer whose special ids are not Moonlight's."""
+    from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
+
+    from tests.chat_families import moonlight_remote_tokenizer
+    from tests.dag import TRAIN_SPEC, toy_rows
+    from workflow_scripts.modeling.moonlight import model_vocab_size
+    from workflow_scripts.modeling.toy import build_toy_model, save_toy_base
+
+    prompts, answers = toy_rows()
+    tokenizer = moonlight_remote_tokenizer(prompts + answers, tmp_path / "tokenizer")
+    model = build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0, model_vocab_size(tokenizer))
+    save_toy_base(model, tokenizer, tmp_path / "base")
     config = paper_config()
-    bases = toy_bases(tmp_path / "bases")
-    cfg = build(bases["moonlight"], config["conditions"]["rpb"], config, tmp_path)
-    assert cfg.tokenizer.hf_tokenizer_kwargs["trust_remote_code"] is True
+    cfg = build(tmp_path / "base", config["conditions"]["rpb"], config, tmp_path)
+    bridges = build_tokenizer(cfg.tokenizer)._tokenizer.tokenizer
+    assert type(bridges).__name__ == "TikTokenTokenizer" and not bridges.is_fast
+    chat = [{"role": "user", "content": prompts[0]}, {"role": "assistant", "content": answers[0]}]
+    rendered = tokenizer.apply_chat_template(chat, tokenize=False)
+    assert bridges(rendered, add_special_tokens=False)["input_ids"] == tokenizer.encode(rendered)
 
 
 def test_conversions_take_a_free_port():

@@ -51,13 +51,27 @@ class Sampling:
 class Completion:
     """One sampled response to one prompt.
 
-    ``tokens`` counts every generated token including the EOS that ended it, as vLLM
-    (and the OpenAI ``completion_tokens`` field) counts them; ``text`` omits the EOS.
+    ``tokens`` counts every generated token including the stop token that ended it (eos or
+    the chat template's end of turn, ``stop_ids``), as vLLM (and the OpenAI
+    ``completion_tokens`` field) counts them; ``text`` omits it.
     """
 
     text: str
     tokens: int
     finish_reason: str
+
+
+def stop_ids(tokenizer: Any) -> list[int]:
+    """The tokens a response ends at: eos and the token that closes an assistant turn.
+
+    A post-trained model learns to close its answer with the chat template's end of turn
+    (``modeling.batches.labels_for``), which is eos for DeepSeek-V2 but ``<|im_end|>`` for
+    Moonlight (eos ``[EOS]``) and Qwen3 (eos ``<|endoftext|>``): eos alone would let those run
+    on to the token limit.
+    """
+    from workflow_scripts.modeling.tokenizer import turn_end_id
+
+    return sorted({tokenizer.eos_token_id, turn_end_id(tokenizer)})
 
 
 def chat_prompts(tokenizer: Any, messages: Iterable[list[dict[str, str]]]) -> list[str]:
@@ -101,7 +115,8 @@ def generate_hf(
     Each repeat reseeds torch with its sampling seed and walks the prompts in a
     fixed order (sorted by length, to waste little padding), so a repeat is a
     function of (checkpoint, prompts, seed, batch size). Prompts are left-padded
-    because decoder-only generation continues from the last position.
+    because decoder-only generation continues from the last position. A response
+    ends at the first of ``stop_ids``.
     """
     import torch
 
@@ -115,7 +130,7 @@ def generate_hf(
             )
     order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    eos = tokenizer.eos_token_id
+    stops = stop_ids(tokenizer)
     model.eval()
     results: list[list[Completion]] = []
     for seed in sampling.seeds:
@@ -140,13 +155,14 @@ def generate_hf(
                     top_k=0,
                     max_new_tokens=sampling.max_new_tokens,
                     pad_token_id=pad,
-                    eos_token_id=eos,
+                    eos_token_id=stops,
                 )
             for row, i in enumerate(batch):
                 new = output[row, width:].tolist()
-                finished = eos in new
+                end = next((k for k, token in enumerate(new) if token in stops), None)
+                finished = end is not None
                 if finished:
-                    new = new[: new.index(eos) + 1]  # keep the EOS, drop the padding after it
+                    new = new[: end + 1]  # keep the stop token, drop the padding after it
                 text = tokenizer.decode(new, skip_special_tokens=True)
                 completions[i] = Completion(text, len(new), "stop" if finished else "length")
         results.append([c for c in completions if c is not None])
@@ -156,20 +172,26 @@ def generate_hf(
 # ----------------------------------------------------------------------------- vLLM
 
 
-def vllm_sampling_kwargs(sampling: Sampling, repeat: int) -> dict[str, Any]:
+def vllm_sampling_kwargs(
+    sampling: Sampling, repeat: int, stop_token_ids: Sequence[int] = ()
+) -> dict[str, Any]:
     """Keyword arguments of ``vllm.SamplingParams`` for one repeat.
 
     vLLM seeds each request's generator from ``seed``, so a response does not
     depend on how the engine batches requests; ``n=1`` because the five
-    repeats are separate seeds, not five samples of one seed.
+    repeats are separate seeds, not five samples of one seed. ``stop_token_ids``
+    (``stop_ids``) end a response besides the eos of the checkpoint's generation config.
     """
-    return {
+    kwargs: dict[str, Any] = {
         "n": 1,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_tokens": sampling.max_new_tokens,
         "seed": sampling.seeds[repeat],
     }
+    if stop_token_ids:
+        kwargs["stop_token_ids"] = list(stop_token_ids)
+    return kwargs
 
 
 def parse_vllm_outputs(outputs: Sequence[Any]) -> list[Completion]:
@@ -192,13 +214,16 @@ def generate_vllm(
     holds further ``LLM()`` arguments (dtype, max_model_len, ...). Prompts are tokenized
     without added special tokens, as ``generate_hf`` does: with vLLM's default, a
     tokenizer that adds a BOS (DeepSeek's) would put a second one before the template's.
+    Responses end at ``stop_ids``, read from the checkpoint's tokenizer as the prompts were.
     """
+    from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
+    stops = stop_ids(AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True))
     llm = LLM(model=checkpoint, trust_remote_code=True, **engine)
     results = []
     for repeat in range(len(sampling.seeds)):
-        params = SamplingParams(**vllm_sampling_kwargs(sampling, repeat))
+        params = SamplingParams(**vllm_sampling_kwargs(sampling, repeat, stops))
         outputs = llm.generate(
             list(prompts), params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}
         )

@@ -3,8 +3,10 @@
 ``train_tokenizer`` wraps a ``tokenizers`` BPE as a ``PreTrainedTokenizerFast`` with a chat
 template, so toy checkpoints load like the paper's models; message content is delimited by
 special tokens only, which makes ``answer_span_mask``'s labels exact: ``0`` (Q), ``1`` (A),
-``-1`` (no span), the convention of ``workflow_scripts.routing``. torch and transformers are
-imported inside functions, so importing this module is cheap.
+``-1`` (no span), the convention of ``workflow_scripts.routing``. The span labels and the
+template analysis also take a Python-backend tokenizer, which has no offsets (Moonlight's remote
+code, ``modeling.moonlight``). torch and transformers are imported inside functions, so importing
+this module is cheap.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 BOS_TOKEN = "<|bos|>"
 EOS_TOKEN = "<|eos|>"
@@ -106,7 +108,7 @@ def train_tokenizer(
     return tokenizer
 
 
-def _render(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, str]], generation: bool) -> str:
+def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], generation: bool) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
 
 
@@ -151,16 +153,18 @@ def _content_start(full: str, empty: str, content: str, after: int) -> int:
 
 
 def answer_span_mask(
-    tokenizer: PreTrainedTokenizerFast, prompt: str, answer: str, max_length: int | None = None
+    tokenizer: PreTrainedTokenizerBase, prompt: str, answer: str, max_length: int | None = None
 ) -> tuple[list[int], list[int]]:
     """Tokenise the chat rendering of one (prompt, answer) pair and label every token's span.
 
     The pair is rendered through the tokenizer's chat template as
-    ``[user: prompt, assistant: answer]`` and the rendered string is tokenised once, with
-    offsets. The character spans of the prompt and the answer in the rendered string are
-    located from the template itself: each is where the rendering differs from the one with
-    that message left empty (``_content_start``), which also holds for templates whose
-    assistant turn does not start with the generation prompt (DeepSeek-V2, Qwen3).
+    ``[user: prompt, assistant: answer]``. The character spans of the prompt and the answer
+    in the rendered string are located from the template itself: each is where the rendering
+    differs from the one with that message left empty (``_content_start``), which also holds
+    for templates whose assistant turn does not start with the generation prompt
+    (DeepSeek-V2, Qwen3). A fast tokenizer tokenises the rendered string once, with offsets;
+    a Python-backend one, which has no offsets (Moonlight's remote code), tokenises it by its
+    pieces (``_encode_pieces``), proven to give the whole string's tokens.
 
     Labelling rule, per token with character span ``[s, e)``:
 
@@ -192,7 +196,7 @@ def answer_span_mask(
 _PROMPT_PROBE, _ANSWER_PROBE = "prompt-probe", "answer-probe"
 
 
-def generation_template(tokenizer: PreTrainedTokenizerFast) -> str:
+def generation_template(tokenizer: PreTrainedTokenizerBase) -> str:
     """The tokenizer's chat template for one ``[user, assistant]`` row, with a ``{% generation %}`` block.
 
     Megatron-Bridge's assistant-only loss mask follows a generation block. The block holds
@@ -204,13 +208,11 @@ def generation_template(tokenizer: PreTrainedTokenizerFast) -> str:
     the generation prompt); the result renders those pieces around the messages' contents.
     It renders the conversations of the chat dataset only and refuses any other shape;
     ``check_rendering`` confirms it renders a split's rows as the tokenizer's own does.
+    Fast tokenizers only (the closing token's text comes from offsets): Bridge's generation
+    block itself needs a fast tokenizer's ``char_to_token``.
     """
-    full = _render(tokenizer, _pair(_PROMPT_PROBE, _ANSWER_PROBE), generation=False)
+    full, q, a = _probe_row(tokenizer)
     generation_prompt = _render(tokenizer, _pair(_PROMPT_PROBE, None), generation=True)
-    after_prompt = len(generation_prompt) if full.startswith(generation_prompt) else 0
-    empty_answer = _render(tokenizer, _pair(_PROMPT_PROBE, ""), generation=False)
-    q = _content_start(full, _render(tokenizer, _pair("", _ANSWER_PROBE), generation=False), _PROMPT_PROBE, 0)
-    a = _content_start(full, empty_answer, _ANSWER_PROBE, after_prompt)
     prompt_end = q + len(_PROMPT_PROBE)
     user_turn = _render(tokenizer, _pair(_PROMPT_PROBE, None), generation=False)
     if not (user_turn.startswith(full[:prompt_end]) and generation_prompt.startswith(full[:prompt_end])):
@@ -241,7 +243,32 @@ def generation_template(tokenizer: PreTrainedTokenizerFast) -> str:
     )
 
 
-def _first_token_text(tokenizer: PreTrainedTokenizerFast, text: str) -> str:
+def _probe_row(tokenizer: PreTrainedTokenizerBase) -> tuple[str, int, int]:
+    """The template's rendering of the probe row and where its prompt and its answer start."""
+    full = _render(tokenizer, _pair(_PROMPT_PROBE, _ANSWER_PROBE), generation=False)
+    generation_prompt = _render(tokenizer, _pair(_PROMPT_PROBE, None), generation=True)
+    after_prompt = len(generation_prompt) if full.startswith(generation_prompt) else 0
+    empty_answer = _render(tokenizer, _pair(_PROMPT_PROBE, ""), generation=False)
+    q = _content_start(full, _render(tokenizer, _pair("", _ANSWER_PROBE), generation=False), _PROMPT_PROBE, 0)
+    return full, q, _content_start(full, empty_answer, _ANSWER_PROBE, after_prompt)
+
+
+def turn_end_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id of the token that closes an assistant turn in the tokenizer's chat template.
+
+    The first token after the answer: eos for DeepSeek-V2 and the toys' own template,
+    ``<|im_end|>`` for Moonlight (whose eos is ``[EOS]``) and Qwen3. It is what the local
+    backend trains a model to emit after its answer (``modeling.batches.labels_for``), so
+    generation stops there.
+    """
+    full, _, a = _probe_row(tokenizer)
+    after = _plain_ids(tokenizer, full[a + len(_ANSWER_PROBE) :])
+    if not after:
+        raise ValueError("the chat template renders nothing after the assistant's answer")
+    return after[0]
+
+
+def _first_token_text(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
     """The characters of ``text``'s first token ("" for empty text)."""
     if not text:
         return ""
@@ -268,7 +295,7 @@ def _jinja_string(text: str) -> str:
 
 
 def check_rendering(
-    tokenizer: PreTrainedTokenizerFast, template: str, prompts: Iterable[str], answers: Iterable[str]
+    tokenizer: PreTrainedTokenizerBase, template: str, prompts: Iterable[str], answers: Iterable[str]
 ) -> None:
     """Raise ``ValueError`` naming the first row that ``template`` renders unlike the tokenizer's own."""
     for row, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
@@ -281,13 +308,13 @@ def check_rendering(
             )
 
 
-def special_id_array(tokenizer: PreTrainedTokenizerFast) -> np.ndarray:
+def special_id_array(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
     """The tokenizer's special token ids as a sorted int64 array (for ``answer_span_arrays``)."""
     return np.unique(np.asarray(tokenizer.all_special_ids, dtype=np.int64))
 
 
 def answer_span_arrays(
-    tokenizer: PreTrainedTokenizerFast,
+    tokenizer: PreTrainedTokenizerBase,
     prompt: str,
     answer: str,
     max_length: int | None = None,
@@ -311,14 +338,62 @@ def answer_span_arrays(
     if q_end > a_start:
         raise ValueError("chat template does not render the prompt before the answer")
 
+    if special_ids is None:
+        special_ids = special_id_array(tokenizer)
+    if not tokenizer.is_fast:
+        return _encode_pieces(tokenizer, full, (q_start, q_end), (a_start, a_end), max_length, special_ids)
     ids, offsets = _encode_with_offsets(tokenizer, full, max_length)
     input_ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     if len(bounds) != len(input_ids):
         raise ValueError(f"{len(input_ids)} token ids but {len(bounds)} offsets")
-    if special_ids is None:
-        special_ids = special_id_array(tokenizer)
     return input_ids, _span_labels(input_ids, bounds, special_ids, (q_start, q_end), (a_start, a_end))
+
+
+def _encode_pieces(
+    tokenizer: PreTrainedTokenizerBase,
+    full: str,
+    q: tuple[int, int],
+    a: tuple[int, int],
+    max_length: int | None,
+    special_ids: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``answer_span_arrays`` for a tokenizer without offsets: the rendering tokenised piece by piece.
+
+    The rendered row is cut at the prompt's and the answer's bounds into five pieces (template,
+    prompt, template, answer, template), each tokenised alone; a piece's tokens take its label
+    (special tokens ``-1``, as with offsets). This is exact when no token straddles a cut,
+    which the templates that delimit content with special tokens guarantee (a tokenizer splits
+    on its special tokens before anything else), and it is checked on every row: the pieces'
+    tokens must be the whole rendering's, which is what the model, Bridge and generation see.
+    A template whose text merges with the content (DeepSeek-V2's ``"User: "``) needs a fast
+    tokenizer's offsets, and is refused here.
+
+    Chosen over converting Moonlight's tokenizer to a fast one at download: the tokens stay the
+    remote code's own, with nothing to prove equivalent on every text.
+    """
+    bounds = (0, q[0], q[1], a[0], a[1], len(full))
+    labels = (NO_SPAN, Q_SPAN, NO_SPAN, A_SPAN, NO_SPAN)
+    ids: list[int] = []
+    spans: list[int] = []
+    for start, stop, label in zip(bounds, bounds[1:], labels, strict=False):
+        piece = _plain_ids(tokenizer, full[start:stop])
+        ids.extend(piece)
+        spans.extend([label] * len(piece))
+    if ids != _plain_ids(tokenizer, full):
+        raise ValueError(
+            "the chat rendering tokenised whole differs from its pieces tokenised one by one: a token "
+            "straddles template and content, and this tokenizer has no offsets to label it"
+        )
+    input_ids = np.asarray(ids[:max_length], dtype=np.int64)
+    span_ids = np.asarray(spans[:max_length], dtype=np.int8)
+    span_ids[np.isin(input_ids, special_ids)] = NO_SPAN
+    return input_ids, span_ids
+
+
+def _plain_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """``text``'s token ids without added special tokens (as the chat template's rendering is tokenised)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
 #: The first prefix tokenised when only ``max_length`` tokens are kept, in characters per kept

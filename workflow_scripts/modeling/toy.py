@@ -244,12 +244,18 @@ def toy_config(
 
 
 def build_toy_model(
-    architecture: str, spec: ToyModelSpec, tokenizer: PreTrainedTokenizerBase, seed: int
+    architecture: str,
+    spec: ToyModelSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    seed: int,
+    vocab_size: int | None = None,
 ) -> PreTrainedModel:
     """Randomly initialise a toy ``*ForCausalLM`` (float32) under ``torch.manual_seed(seed)``.
 
-    The vocabulary is ``len(tokenizer)`` and bos/eos/pad come from the tokenizer. Weights
-    are a function of (architecture, spec, vocabulary size, seed) only.
+    The vocabulary is ``vocab_size``, by default ``len(tokenizer)`` (Moonlight's is two
+    short of its tokenizer's, ``modeling.moonlight.model_vocab_size``), and bos/eos/pad come
+    from the tokenizer. Weights are a function of (architecture, spec, vocabulary size, seed)
+    only.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -257,7 +263,7 @@ def build_toy_model(
     config = toy_config(
         architecture,
         spec,
-        len(tokenizer),
+        len(tokenizer) if vocab_size is None else vocab_size,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -319,7 +325,8 @@ def load_local(
     """Load a checkpoint directory written by ``save_toy_base`` (or any local one), offline.
 
     Returns ``(model, tokenizer)``, both read with ``from_pretrained(path,
-    local_files_only=True)``; ``model_kwargs`` go to the model's ``from_pretrained``
+    local_files_only=True)``, the tokenizer with ``trust_remote_code`` (Moonlight's is the
+    remote code its folder ships); ``model_kwargs`` go to the model's ``from_pretrained``
     (default ``dtype="auto"``: the saved float32). A damaged ``.safetensors`` file is an
     error naming it (``check_weight_files``).
     """
@@ -328,7 +335,7 @@ def load_local(
     check_weight_files(path)
     model_kwargs.setdefault("dtype", "auto")
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **model_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=True)
     return model, tokenizer
 
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from workflow_scripts.atomic import write_json
 from workflow_scripts.commands import add_command, add_stage, json_argument
@@ -54,12 +55,35 @@ def run_download(args: argparse.Namespace) -> None:
 
 def run_toy_base(args: argparse.Namespace) -> None:
     """Build a toy base, pretrain it briefly with load balancing, report its routing structure."""
+    with tempfile.TemporaryDirectory(prefix="toy-tokenizer-") as folder:
+        _build_toy_base(args, Path(folder))
+
+
+def toy_tokenizer(architecture: str, texts: list[str], vocab_size: int, folder: Path) -> tuple[Any, int]:
+    """The toy's tokenizer and its model's ``vocab_size``: Moonlight's kind for its architecture.
+
+    The toy Moonlight (``deepseek_v3``) gets Moonlight's remote-code tokenizer as its hub ships
+    it (``modeling.moonlight``: Python backend, two ids more than the model's embedding), built
+    in ``folder``; the other architectures the byte-level BPE of ``modeling.tokenizer``.
+    """
+    if architecture == "deepseek_v3":
+        from workflow_scripts.modeling.moonlight import model_vocab_size, moonlight_tokenizer
+
+        tokenizer = moonlight_tokenizer(texts, vocab_size, folder)
+        return tokenizer, model_vocab_size(tokenizer)
+    from workflow_scripts.modeling.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(texts, vocab_size)
+    return tokenizer, len(tokenizer)
+
+
+def _build_toy_base(args: argparse.Namespace, folder: Path) -> None:
+    """``run_toy_base`` with ``folder`` holding the tokenizer's files until the base is saved."""
     import torch
 
     from workflow_scripts.modeling.batches import encode_rows
     from workflow_scripts.modeling.loop import TrainConfig, train
     from workflow_scripts.modeling.objective import Objective
-    from workflow_scripts.modeling.tokenizer import train_tokenizer
     from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model, save_toy_base
     from workflow_scripts.models.pretrain_corpus import split_report_rows, synthetic_rows
     from workflow_scripts.models.routing_report import routing_structure, selected_experts
@@ -72,8 +96,9 @@ def run_toy_base(args: argparse.Namespace) -> None:
     torch.use_deterministic_algorithms(True)
     rows = synthetic_rows(settings["corpus_rows"], settings["corpus_seed"])
     train_rows, held_out = split_report_rows(rows, settings["report_rows"])
-    tokenizer = train_tokenizer([*rows["prompt"], *rows["answer"]], settings["vocab_size"])
-    model = build_toy_model(args.architecture, spec, tokenizer, settings["seed"])
+    texts = [*rows["prompt"], *rows["answer"]]
+    tokenizer, vocab_size = toy_tokenizer(args.architecture, texts, settings["vocab_size"], folder)
+    model = build_toy_model(args.architecture, spec, tokenizer, settings["seed"], vocab_size)
     length = settings["sequence_length"]
     held = {d: list(zip(frame["prompt"], frame["answer"], strict=True)) for d, frame in held_out.items()}
 

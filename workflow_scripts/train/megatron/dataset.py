@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import write_text
-from workflow_scripts.modeling.tokenizer import check_rendering, generation_template
+from workflow_scripts.modeling.tokenizer import check_rendering, generation_template, turn_end_id
 from workflow_scripts.train.megatron.spans import ROW_ID_KEY
 
 #: The file name Bridge's ``GPTSFTDatasetConfig(dataset_root=...)`` reads for training.
@@ -38,16 +38,51 @@ def write_chat_dataset(prompts: Iterable[str], answers: Iterable[str], out_dir: 
 
 
 def bridge_chat_template(tokenizer: Any, prompts: Sequence[str], answers: Sequence[str]) -> str:
-    """The chat template Bridge's dataset renders the rows with: the model's, with a generation block.
+    """The chat template Bridge's dataset renders the rows with, masking what the local backend trains on.
 
     Bridge 0.6.2 builds its assistant-only loss mask from a ``{% generation %}`` block or from
     turn markers it knows (ChatML, Kimi/Moonlight, ...) and raises on the first sample of any
     other template (DeepSeek-V2's "User: / Assistant:"); its ChatML boundaries also take
-    Qwen3's empty think block and the newline after ``<|im_end|>``. So every family gets
+    Qwen3's empty think block and the newline after ``<|im_end|>``. So a fast tokenizer gets
     ``modeling.tokenizer.generation_template``, whose block holds exactly the local backend's
     answer labels, checked to render every row as the model's own template does: the tokens
     trained on are the model's.
+
+    A generation block needs the tokenizer's ``char_to_token``, which a Python-backend one
+    (Moonlight's remote code) lacks: transformers raises and Bridge's ``tokenize_chat_example``
+    lets the error through. Such a tokenizer keeps its own template, and Bridge masks by the
+    turn markers it knows there (``marker_masked_template``).
     """
+    if not tokenizer.is_fast:
+        return marker_masked_template(tokenizer)
     template = generation_template(tokenizer)
     check_rendering(tokenizer, template, prompts, answers)
     return template
+
+
+def marker_masked_template(tokenizer: Any) -> str:
+    """The tokenizer's own chat template, once Bridge's boundary mask of it is the local backend's labels.
+
+    Bridge infers the boundaries from markers in the template (Moonlight's Kimi markers: an
+    assistant turn opens with ``<|im_assistant|>assistant<|im_middle|>`` and ends with
+    ``<|im_end|>``) and masks the turn's content and its end token: the local backend's A-span
+    tokens and the token that closes the turn (``turn_end_id``), as long as the end Bridge
+    scans for is that one token and the turn's opening markers stay out. Anything else is
+    refused here rather than trained on.
+    """
+    from megatron.bridge.data.conversation_processing import infer_assistant_mask_boundary_config
+
+    boundaries = infer_assistant_mask_boundary_config(tokenizer)
+    closing = turn_end_id(tokenizer)
+    if (
+        boundaries is None
+        or boundaries.role_end_tokens.get("assistant") != [closing]
+        or "assistant" not in boundaries.include_end_tokens_for_roles
+        or "assistant" in boundaries.include_start_tokens_for_roles
+    ):
+        raise ValueError(
+            "the tokenizer has no offsets (a Python backend), so Bridge cannot mask by a generation "
+            "block, and its chat template has no turn markers Bridge masks by that end at the token "
+            f"closing an assistant turn ({closing}): Bridge would not train on the local backend's tokens"
+        )
+    return tokenizer.chat_template

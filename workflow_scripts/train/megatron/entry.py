@@ -29,6 +29,7 @@ from typing import Any
 from workflow_scripts.atomic import write_json
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.train.megatron import resume, settings
+from workflow_scripts.train.megatron.vocabulary import bridge_accepts_reserved_ids, check_vocabulary
 
 
 def pre_wrap_hook(context: Any, router_l2: float, anchor_path: Path, start: int) -> Any:
@@ -194,8 +195,8 @@ def run_megatron(args: argparse.Namespace) -> None:
     # The prior's chain (split, base, template -> prior) was checked by the claim, once per job.
     objective, _ = objective_for(args)
     tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
-    check_vocabulary(
-        len(tokenizer), json.loads((Path(args.hf_base) / "config.json").read_text()), Path(args.hf_base)
+    rows = check_vocabulary(
+        tokenizer, json.loads((Path(args.hf_base) / "config.json").read_text()), Path(args.hf_base)
     )
     split = pd.read_parquet(args.split, columns=["prompt", "answer"])
     prior = load_prior(args.prior) if args.prior else None
@@ -203,7 +204,7 @@ def run_megatron(args: argparse.Namespace) -> None:
         raise UserInputError(f"--prior has L = {prior.shape[2]} MoE layers, the model {args.moe_layers}")
     max_length = int(args.training["sequence_length"])
     prompts, answers = split["prompt"].tolist(), split["answer"].tolist()
-    table = span_table(tokenizer, prompts, answers, max_length)
+    table = span_table(tokenizer, prompts, answers, max_length, rows)
 
     work = Path(args.work)
     save_dir = work / "checkpoints"
@@ -228,6 +229,7 @@ def run_megatron(args: argparse.Namespace) -> None:
     hook = pre_wrap_hook(context, objective.router_l2, work / "router_base.pt", start or 0)
     cfg.model.register_pre_wrap_hook(hook)
     use_prebuilt_dataset_helpers()
+    bridge_accepts_reserved_ids(rows)
     if start != steps:  # else a kill after the last checkpoint: only finishing is left
         forward_step = make_forward_step(context, None if prior is None else np.asarray(prior), table)
         finetune(cfg, forward_step, callbacks=[final_checkpoint_without_optimizer()])
@@ -258,21 +260,6 @@ def check_convertible(hf_config: dict[str, Any]) -> None:
         )
 
 
-def check_vocabulary(tokenizer_size: int, hf_config: dict[str, Any], hf_base: Path) -> None:
-    """Refuse a tokenizer with more tokens than the model has embedding rows.
-
-    Bridge compares the two only at training start-up, on every rank of every node, and an
-    id past the embedding would index outside it; a smaller tokenizer is fine (the paper
-    models' embeddings are padded beyond their tokenizers).
-    """
-    rows = int(hf_config["vocab_size"])
-    if tokenizer_size > rows:
-        raise UserInputError(
-            f"{hf_base}: the tokenizer has {tokenizer_size} tokens, the model's vocab_size "
-            f"(config.json) {rows}; Megatron-Bridge refuses a model vocabulary smaller than its tokenizer's"
-        )
-
-
 def import_base(args: argparse.Namespace) -> None:
     """HF -> Megatron, once per base model, into a staging folder.
 
@@ -286,7 +273,7 @@ def import_base(args: argparse.Namespace) -> None:
     hf_config = json.loads((Path(args.hf_base) / "config.json").read_text())
     check_convertible(hf_config)
     tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
-    check_vocabulary(len(tokenizer), hf_config, Path(args.hf_base))
+    check_vocabulary(tokenizer, hf_config, Path(args.hf_base))
     from megatron.bridge import AutoBridge
 
     os.environ.setdefault("MASTER_PORT", free_port())

@@ -251,7 +251,11 @@ def bridge_config(
     )
     cfg.tokenizer.tokenizer_type = "HuggingFaceTokenizer"
     cfg.tokenizer.tokenizer_model = str(hf_base)
-    cfg.tokenizer.hf_tokenizer_kwargs = {"trust_remote_code": True}  # Moonlight's tokenizer is remote code
+    # Moonlight's tokenizer is remote code. Bridge loads it with the config's own field: its
+    # ``hf_tokenizer_kwargs`` were copied into the fields once, when the recipe built the config,
+    # and without the flag transformers 5.12.1 converts ``tiktoken.model`` into a fast tokenizer
+    # whose special-token ids are not Moonlight's.
+    cfg.tokenizer.trust_remote_code = True
     cfg.checkpoint.pretrained_checkpoint = str(megatron_base)
     cfg.checkpoint.save = str(save_dir)
     # A fresh start loads the base only: Bridge would otherwise resume from its own tracker,

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from workflow_scripts.modeling.batches import NO_SPAN
 from workflow_scripts.modeling.tokenizer import answer_span_mask
+from workflow_scripts.train.megatron.vocabulary import check_row
 
 #: The metadata key of a chat-dataset row that holds its row id in the split (and the prior).
 ROW_ID_KEY = "prior_row"
@@ -45,16 +46,22 @@ class SpanTable:
 
 
 def span_table(
-    tokenizer: Any, prompts: Sequence[str], answers: Sequence[str], sequence_length: int
+    tokenizer: Any, prompts: Sequence[str], answers: Sequence[str], sequence_length: int, rows: int
 ) -> SpanTable:
     """The split's ``SpanTable``: each row encoded to one token past Bridge's ``sequence_length`` inputs.
 
     Bridge's inputs are the encoding without its last token, so the token after the last
     input decides whether the encoding was cut; ``batch_span_ids`` compares the inputs only.
+    A row with a token id at or past the model's ``rows`` embedding rows is refused as it is
+    encoded, before any forward takes it (``vocabulary.check_row``).
     """
-    return SpanTable(
-        lambda row: answer_span_mask(tokenizer, prompts[row], answers[row], sequence_length + 1), len(prompts)
-    )
+
+    def encode(row: int) -> tuple[Sequence[int], Sequence[int]]:
+        ids, spans = answer_span_mask(tokenizer, prompts[row], answers[row], sequence_length + 1)
+        check_row(row, ids, rows)
+        return ids, spans
+
+    return SpanTable(encode, len(prompts))
 
 
 def row_ids(metadata: Sequence[dict], num_rows: int) -> np.ndarray:
