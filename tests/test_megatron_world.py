@@ -9,7 +9,8 @@ router shard, as at the paper's shapes:
 
 * ``w1``: one process, the reference (the one-rank Megatron step equals the local backend's:
   tests/test_train_megatron_parity.py);
-* ``dp4``: data parallel 4; ``tp2``: data parallel 2 x tensor parallel 2 with sequence parallelism.
+* ``dp4``: data parallel 4; ``tp2ep2``: data parallel 2 x tensor parallel 2 with sequence
+  parallelism, experts split over 2 ranks (expert parallel 2).
 
 For one condition of every kind of the registry, the losses, the routers' fp32 main gradients
 (gathered from the optimizer's shards after ``optimizer.step()``) and main weights of ``dp4`` and
@@ -46,30 +47,28 @@ PRIOR_FILES = {
     "shuffled_within": "prior_shuffled.npy",
     "shuffled_global": "prior_shuffled.npy",
 }
-#: World-4 layouts: (tensor parallel, sequence parallel).
-LAYOUTS = {"dp4": (1, False), "tp2": (2, True)}
+#: World-4 layouts: (tensor parallel, expert parallel); sequence parallel with tensor parallel.
+LAYOUTS = {"dp4": (1, 1), "tp2ep2": (2, 2)}
 KILL_AFTER = 3  # of 4 steps, checkpoints every 2: killed one step past its checkpoint
 
 
 def condition_kinds() -> dict[str, dict]:
-    """One registry condition per kind: intervention, base or shuffled prior, settings it changes."""
+    """One registry condition per kind: intervention with a base or a shuffled prior, then one
+    condition per setting a condition changes (the expert-bias update rate, the gate weights)."""
     kinds: dict[tuple, str] = {}
     conditions = paper_config()["conditions"]
     for name, condition in conditions.items():
         prior = condition.get("prior")
-        kind = (
-            condition["intervention"],
-            None if prior is None else prior.startswith("shuffled"),
-            tuple(sorted(condition.get("settings", {}))),
-        )
-        kinds.setdefault(kind, name)
-    return {name: conditions[name] for name in kinds.values()}
+        kinds.setdefault((condition["intervention"], None if prior is None else prior != "base"), name)
+        for setting in condition.get("settings", {}):
+            kinds.setdefault((setting,), name)
+    return {name: conditions[name] for name in dict.fromkeys(kinds.values())}
 
 
 KINDS = condition_kinds()
 
 
-def training(world: int, tensor: int, precision: str, epochs: int = 1) -> dict:
+def training(world: int, tensor: int, precision: str, epochs: int = 1, expert: int = 1) -> dict:
     """The paper's training section at toy size: 8-row global batches of single rows, 64 tokens.
 
     Without gradient clipping, so the recorded main gradients are the ones Router-L2 changes.
@@ -93,7 +92,7 @@ def training(world: int, tensor: int, precision: str, epochs: int = 1) -> dict:
         "tensor": tensor,
         "pipeline": 1,
         "context": 1,
-        "expert": 1,
+        "expert": expert,
         "expert_tensor": 1,
         "sequence_parallel": tensor > 1,
         "recompute_modules": [],
@@ -113,29 +112,28 @@ def job(runs: Path, name: str, condition: dict, section: dict, work: str, **extr
     }
 
 
-def plans(runs: Path) -> dict[int, list[dict]]:
-    """The jobs of the one-process launch and of the world-4 launch."""
-    router_l2 = paper_config()["conditions"]["router_l2"]
-    sft = paper_config()["conditions"]["sft"]
-    one = [job(runs, f"w1/{n}", c, training(1, 1, "fp32"), f"w1/{n}") for n, c in KINDS.items()]
-    four = [
-        job(runs, f"{layout}/{n}", c, training(4, tensor, "fp32"), f"{layout}/{n}")
-        for layout, (tensor, _) in LAYOUTS.items()
-        for n, c in KINDS.items()
+def launches(runs: Path) -> list[tuple[int, list[dict]]]:
+    """(world size, jobs) of each ``torchrun``: the one-process references, then each world-4 layout,
+    then the bf16 runs and the resumes. Every ``finetune()`` leaves its model-parallel groups'
+    gloo threads behind (Megatron keeps the groups), so a launch holds a dozen jobs at most."""
+    conditions = paper_config()["conditions"]
+    router_l2, sft = conditions["router_l2"], conditions["sft"]
+    found = [(1, [job(runs, f"w1/{n}", c, training(1, 1, "fp32"), f"w1/{n}") for n, c in KINDS.items()])]
+    for layout, (tensor, expert) in LAYOUTS.items():
+        section = training(4, tensor, "fp32", expert=expert)
+        found.append((4, [job(runs, f"{layout}/{n}", c, section, f"{layout}/{n}") for n, c in KINDS.items()]))
+    anchored = [
+        job(runs, f"bf16/{n}", c, training(4, 1, "bf16"), f"bf16/{n}")
+        for n, c in (("sft", sft), ("router_l2", router_l2))
     ]
     for precision in ("fp32", "bf16"):
         long = training(4, 1, precision, epochs=2)
-        four += [
-            job(runs, f"bf16/{n}", c, training(4, 1, "bf16"), f"bf16/{n}")
-            for n, c in (("sft", sft), ("router_l2", router_l2))
-            if precision == "bf16"
-        ]
-        four += [
+        anchored += [
             job(runs, f"{precision}/uninterrupted", router_l2, long, f"{precision}/uninterrupted"),
             job(runs, f"{precision}/killed", router_l2, long, f"{precision}/resumed", kill_after=KILL_AFTER),
             job(runs, f"{precision}/resumed", router_l2, long, f"{precision}/resumed"),
         ]
-    return {1: one, 4: four}
+    return [*found, (4, anchored)]
 
 
 def launch(world: int, inputs: Path, plan: list[dict], out: Path) -> dict:
@@ -180,8 +178,8 @@ def records(tmp_path_factory) -> dict:
     assert imported.returncode == 0, imported.stderr[-4000:]
     runs = root / "runs"
     found: dict = {"runs": runs}
-    for world, plan in plans(runs).items():
-        found |= launch(world, inputs, plan, root / f"world{world}.pt")
+    for index, (world, plan) in enumerate(launches(runs)):
+        found |= launch(world, inputs, plan, root / f"launch{index}.pt")
     return found
 
 

@@ -23,7 +23,6 @@ from tests import bridge_cpu  # noqa: E402
 bridge_cpu.install()  # Bridge imports Transformer Engine unguarded in one place: stubbed first
 
 from megatron.bridge import AutoBridge  # noqa: E402
-from megatron.bridge.models.conversion.param_mapping import AutoMapping  # noqa: E402
 from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # noqa: E402
 from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptimizer  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
@@ -62,9 +61,6 @@ def build_and_load(base, anchor_path, start: int) -> list:
     context = routing_context(objective, num_moe_layers=SPEC.num_moe_layers)
     provider.register_pre_wrap_hook(pre_wrap_hook(context, objective.router_l2, anchor_path, start))
     chunks = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
-    # Loading HF weights maps by module class (finetune() loads the imported Megatron checkpoint
-    # by state-dict key instead, which the class swap leaves unchanged).
-    AutoMapping.register_module_type("PriorBiasedRouter", "replicated")
     bridge.load_hf_weights(chunks)
     return chunks
 
