@@ -122,7 +122,7 @@ def cpu_block_spec(config: Any, vp_stage: int | None = None) -> Any:
 
 
 class SequenceParallelTorchNorm:
-    """PyTorch's LayerNorm or RMSNorm, as Megatron-Core's ``WrappedTorchNorm``, under sequence parallelism too.
+    """PyTorch's LayerNorm or RMSNorm as ``WrappedTorchNorm`` builds them, under sequence parallelism too.
 
     ``WrappedTorchNorm`` refuses sequence parallelism; Transformer Engine's norms (a GPU run's)
     mark their weights ``sequence_parallel``, so that ``finalize_model_grads`` sums their
