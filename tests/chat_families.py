@@ -196,9 +196,7 @@ def family_tokenizer(family: ChatFamily, texts: list[str], vocab_size: int = 400
     return tokenizer
 
 
-def moonlight_remote_tokenizer(
-    texts: list[str], folder: Path, vocab_size: int = 600
-) -> PreTrainedTokenizerBase:
+def moonlight_remote_tokenizer(texts: list[str], folder: Path, ranks: int = 344) -> PreTrainedTokenizerBase:
     """Moonlight's tokenizer as its hub ships it (remote code, Python backend), learned from ``texts``.
 
     Its files live in ``folder``; the model's ``vocab_size`` is ``model_vocab_size(tokenizer)``.
@@ -206,4 +204,4 @@ def moonlight_remote_tokenizer(
     """
     from workflow_scripts.modeling.moonlight import moonlight_tokenizer
 
-    return moonlight_tokenizer(texts * 3, vocab_size, folder)
+    return moonlight_tokenizer(texts * 3, ranks, folder)

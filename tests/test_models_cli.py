@@ -40,10 +40,10 @@ PRETRAIN = {
 }
 
 
-def toy_base(tmp_path, architecture="qwen3_moe", spec=SPEC, pretrain=PRETRAIN) -> subprocess.CompletedProcess:
+def toy_base(tmp_path, architecture="qwen3_moe", spec=SPEC) -> subprocess.CompletedProcess:
     command = [
         sys.executable, "-m", "workflow_scripts", "models", "toy-base", "--architecture", architecture,
-        "--spec", json.dumps(spec), "--pretrain", json.dumps(pretrain),
+        "--spec", json.dumps(spec), "--pretrain", json.dumps(PRETRAIN),
         "--out", str(tmp_path / "base"), "--report", str(tmp_path / "report.json"),
     ]  # fmt: skip
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -70,7 +70,7 @@ def test_the_toy_moonlight_ships_the_kind_of_tokenizer_moonlights_hub_does(tmp_p
     """Remote code with a Python backend, two ids longer than the model's ``vocab_size``, as Moonlight."""
     from workflow_scripts.modeling.moonlight import CHAT_TEMPLATE, RANK_FILE
 
-    done = toy_base(tmp_path, architecture="deepseek_v3", pretrain={**PRETRAIN, "vocab_size": 600})
+    done = toy_base(tmp_path, architecture="deepseek_v3")
     assert done.returncode == 0, done.stderr
     base = tmp_path / "base"
     assert (base / "tokenization_moonshot.py").is_file() and (base / RANK_FILE).is_file()

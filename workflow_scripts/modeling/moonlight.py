@@ -165,16 +165,14 @@ def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True, local_files_only=True)
 
 
-def moonlight_tokenizer(texts: Iterable[str], vocab_size: int, folder: str | Path) -> PreTrainedTokenizerBase:
-    """Moonlight's kind of tokenizer learned from ``texts``, written to ``folder`` and loaded from it.
+def moonlight_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
+    """Moonlight's kind of tokenizer with ``ranks`` BPE tokens learned from ``texts``, written to ``folder``.
 
-    ``vocab_size`` is the model's (``config.json``'s): ranks + 256 reserved special ids, so the
-    ranks are ``vocab_size - 256`` at most (fewer when the corpus runs out of frequent pairs).
+    Fewer ranks when the corpus runs out of frequent pairs. The model's ``vocab_size`` is the
+    ranks + 256 reserved special ids (``model_vocab_size``), as Moonlight's 163,584 + 256.
     ``folder`` must outlive the tokenizer, whose ``save_pretrained`` copies its rank file.
     """
-    if vocab_size <= 256 + RESERVED_IDS:
-        raise ValueError(f"vocab_size {vocab_size} leaves no BPE merge beside {RESERVED_IDS} reserved ids")
-    return load_tokenizer(write_tokenizer(folder, train_ranks(texts, vocab_size - RESERVED_IDS)))
+    return load_tokenizer(write_tokenizer(folder, train_ranks(texts, ranks)))
 
 
 def model_vocab_size(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -63,8 +63,11 @@ def toy_tokenizer(architecture: str, texts: list[str], vocab_size: int, folder: 
     """The toy's tokenizer and its model's ``vocab_size``: Moonlight's kind for its architecture.
 
     The toy Moonlight (``deepseek_v3``) gets Moonlight's remote-code tokenizer as its hub ships
-    it (``modeling.moonlight``: Python backend, two ids more than the model's embedding), built
-    in ``folder``; the other architectures the byte-level BPE of ``modeling.tokenizer``.
+    it (``modeling.moonlight``: Python backend, 256 + 2 special ids above ``vocab_size`` BPE
+    tokens, two more than the model's embedding), built in ``folder``; the other architectures
+    the byte-level BPE of ``modeling.tokenizer``, ``vocab_size`` tokens with their 6 special
+    ones. Either way the toys' texts take about as many tokens, which the toy's sequence
+    length and generation budget are sized for.
     """
     if architecture == "deepseek_v3":
         from workflow_scripts.modeling.moonlight import model_vocab_size, moonlight_tokenizer
