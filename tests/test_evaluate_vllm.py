@@ -32,6 +32,8 @@ from workflow_scripts.evaluate.generation import (  # noqa: E402
     Sampling,
     generate_hf,
     parse_vllm_outputs,
+    stop_ids,
+    vllm_sampling_kwargs,
 )
 from workflow_scripts.modeling.toy import ARCHITECTURES, load_local  # noqa: E402
 
@@ -93,13 +95,21 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
+#: The tokenizer class each toy's ``tokenizer_config.json`` names, as its hub model's does:
+#: Moonlight's is the hub's remote-code tiktoken class, the others what transformers 5 saves.
+TOKENIZER_CLASSES = {"deepseek_v3": "TikTokenTokenizer", "deepseek_v2": "TokenizersBackend",
+                     "qwen3_moe": "TokenizersBackend"}  # fmt: skip
+
+
 def test_checkpoints_come_from_another_transformers(checkpoints):
-    """The writer is transformers 5.24 (``TokenizersBackend`` tokenizer); this reader is 5.19."""
-    for path in checkpoints.values():
+    """The writer is transformers 5.24; this reader is 5.19, and loads each family's tokenizer class."""
+    for architecture, path in checkpoints.items():
         written = json.loads((path / "config.json").read_text())["transformers_version"]
         assert written != transformers.__version__, f"{WRITER} is not the training environment"
         tokenizer_class = json.loads((path / "tokenizer_config.json").read_text())["tokenizer_class"]
-        assert tokenizer_class == "TokenizersBackend"
+        assert tokenizer_class == TOKENIZER_CLASSES[architecture]
+        _, tokenizer = load_local(path)
+        assert type(tokenizer).__name__ == TOKENIZER_CLASSES[architecture]
 
 
 # ----------------------------------------------------------------------------- backend agreement
@@ -121,11 +131,11 @@ def _agreement_prompts(tokenizer) -> list[str]:
     ]
 
 
-def _hf_greedy(model, ids: list[int]) -> tuple[list[int], list[float]]:
-    """transformers' greedy continuation of one prompt and the log-probability of each chosen token."""
+def _hf_greedy(model, ids: list[int], stops: list[int]) -> tuple[list[int], list[float]]:
+    """transformers' greedy continuation of one prompt up to a stop token; each token's log-probability."""
     with torch.no_grad():
         out = model.generate(
-            input_ids=torch.tensor([ids]), do_sample=False, max_new_tokens=NEW_TOKENS,
+            input_ids=torch.tensor([ids]), do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=stops,
             return_dict_in_generate=True, output_logits=True, pad_token_id=model.config.pad_token_id,
         )  # fmt: skip
     new = out.sequences[0, len(ids) :].tolist()
@@ -150,9 +160,13 @@ def test_greedy_decoding_agrees_with_transformers(checkpoints, architecture):
     model, tokenizer = load_local(checkpoints[architecture])
     prompts = _agreement_prompts(tokenizer)
     encoded = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+    # Both backends stop where the pipeline stops them: eos or the chat template's end of turn.
+    stops = stop_ids(tokenizer)
+    # 1e-6: transformers' sampler needs a positive temperature; vLLM samples greedily below 1e-5.
+    greedy = Sampling(temperature=1e-6, top_p=1.0, max_new_tokens=NEW_TOKENS, seeds=(0,))
     llm = LLM(model=str(checkpoints[architecture]), trust_remote_code=True, **ENGINES[architecture])
     try:
-        params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, logprobs=0)
+        params = SamplingParams(**vllm_sampling_kwargs(greedy, 0, stops), logprobs=0)
         outputs = llm.generate(
             prompts, params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}
         )
@@ -162,14 +176,13 @@ def test_greedy_decoding_agrees_with_transformers(checkpoints, architecture):
     for prompt_ids, output in zip(encoded, outputs, strict=True):
         assert output.prompt_token_ids == prompt_ids, "vLLM tokenized the prompt differently"
         sample = output.outputs[0]
-        hf_tokens, hf_logprobs = _hf_greedy(model, prompt_ids)
+        hf_tokens, hf_logprobs = _hf_greedy(model, prompt_ids, stops)
         assert list(sample.token_ids) == hf_tokens
         vllm_logprobs = [
             step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids, strict=True)
         ]
         assert vllm_logprobs == pytest.approx(hf_logprobs, abs=1e-4)
     # The same rows through the project's two backends (text, token count, finish reason).
-    greedy = Sampling(temperature=1e-6, top_p=1.0, max_new_tokens=NEW_TOKENS, seeds=(0,))
     assert parse_vllm_outputs(outputs) == generate_hf(model, tokenizer, prompts, greedy, batch_size=4)[0]
     if architecture == "qwen3_moe":
         assert any(o.outputs[0].finish_reason == "stop" for o in outputs), "no prompt reached EOS"
