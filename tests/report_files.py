@@ -24,17 +24,19 @@ def anywhere(root: Path) -> ResultFiles:
 
 
 def sandbox(config: Mapping[str, Any], output_id: str, results: Path, destination: Path) -> list[Path]:
-    """Copy into ``destination`` only the files ``output_id``'s rule declares; return them, as declared there.
+    """Copy into ``destination`` only the files ``output_id``'s rule declares; return those copied.
 
-    A declared file the fixture tree lacks stays absent, so a reader that needed it fails here too.
+    A declared file the fixture tree lacks stays absent and unnamed (a command refuses a named input
+    that is missing), so a reader that needed it fails here too.
     """
-    declared = declared_files(config, output_id, destination)
-    for path in declared:
+    copied = []
+    for path in declared_files(config, output_id, destination):
         source = Path(results) / path.relative_to(destination)
         if source.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, path)
-    return declared
+            copied.append(path)
+    return copied
 
 
 def report_in_sandbox(config: Mapping[str, Any], output_id: str, results: Path, tmp_path: Path) -> Path:

@@ -204,7 +204,11 @@ def test_a_checkpoint_with_a_flipped_byte_is_not_probed(
     _write_record(BASE.parent / "provenance.json", "models toy", {"out": BASE})
     (base / ".snakemake_timestamp").touch()  # as Snakemake does after the job: not a change
     recorded = json.loads((BASE.parent / "provenance.json").read_text())["outputs"]["out"]
-    assert verify_inputs({"checkpoint": str(BASE)}, digest_all=False)["checkpoint"] == recorded
+    kinds = {"checkpoint": "folder"}
+    assert (
+        verify_inputs({"checkpoint": str(BASE)}, digest_all=False, kinds=kinds, labels={})["checkpoint"]
+        == recorded
+    )
     _flip_byte(base / "model.safetensors")  # the last tensor byte: the header still parses
     assert main(_probe(BASE, checkpoint.parent / "pool.parquet", tmp_path)) == 2
     error = capsys.readouterr().err

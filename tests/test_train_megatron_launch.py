@@ -86,7 +86,7 @@ def test_a_checkpoint_without_its_run_config_is_not_complete(tmp_path):
     for iteration in (100, 200):
         folder = resume.iteration_dir(save, iteration)
         folder.mkdir(parents=True)
-        for marker in (".metadata", "train_state.pt"):
+        for marker in (".metadata", "train_state.pt", resume.DIGEST_LIST):
             (folder / marker).write_text("x")
         (folder / "run_config.yaml").write_text("model: {num_layers: 2}\nvalidation: {eval_iters: 0}\n")
     killed = resume.iteration_dir(save, 200)
@@ -101,7 +101,7 @@ def test_a_checkpoint_without_its_run_config_is_not_complete(tmp_path):
 def complete_checkpoint(save: Path, iteration: int) -> Path:
     folder = resume.iteration_dir(save, iteration)
     folder.mkdir(parents=True)
-    for marker in (".metadata", "train_state.pt", "__0_0.distcp"):
+    for marker in (".metadata", "train_state.pt", "__0_0.distcp", resume.DIGEST_LIST):
         (folder / marker).write_text(marker)
     (folder / "run_config.yaml").write_text("model: {num_layers: 2}\nvalidation: {eval_iters: 0}\n")
     return folder
@@ -192,3 +192,13 @@ def test_the_claim_refuses_a_prior_of_another_split_before_any_rank_starts(train
     assert cli.main(megatron_argv(training_inputs, work, "megatron-claim", split=other)) == 2
     assert "does not belong to this run: split" in capsys.readouterr().err
     assert not (work / resume.DIGESTS_FILE).exists()
+
+
+def test_the_claim_refuses_a_missing_input_and_claims_nothing(training_inputs, tmp_path, capsys):
+    """The one input check before a multi-node launch refuses a missing input, and claims no folder."""
+    work = tmp_path / "work"
+    argv = megatron_argv(training_inputs, work, "megatron-claim")
+    argv[argv.index("--prior") + 1] = str(tmp_path / "gone.npy")
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"error: --prior {tmp_path / 'gone.npy'}: no such file or directory\n"
+    assert not work.exists()

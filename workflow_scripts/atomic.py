@@ -26,7 +26,7 @@ class NoSpaceError(OSError):
     """The filesystem of an output ran full while it was written."""
 
     def __init__(self, target: Path) -> None:
-        super().__init__(errno.ENOSPC, f"no space left on device while writing {target}")
+        super().__init__(errno.ENOSPC, f"no space left on device while writing {target}", str(target))
 
 
 def _free_bytes(folder: Path) -> int:

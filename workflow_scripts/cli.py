@@ -20,7 +20,7 @@ from typing import Any
 
 from workflow_scripts.atomic import write_json
 from workflow_scripts.commands import recorded_arguments
-from workflow_scripts.errors import UserInputError
+from workflow_scripts.errors import expected_error
 
 STAGE_MODULES = (
     "workflow_scripts.data.cli",
@@ -42,6 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in STAGE_MODULES:
         importlib.import_module(module_name).register(stages)
     return parser
+
+
+def _option_labels(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The command's options by destination (``inputs_list`` → ``--inputs``), to name them in errors."""
+    labels: dict[str, str] = {}
+    for name in (args.stage, args.command):
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subparsers and name in subparsers[0].choices:  # ``plan`` is a stage without commands
+            parser = subparsers[0].choices[name]
+    for action in parser._actions:
+        if action.option_strings:
+            labels[action.dest] = max(action.option_strings, key=len)
+    return labels
 
 
 def _path_arguments(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
@@ -66,20 +79,34 @@ def _verified_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
     if getattr(args, "claimed_digests", None):
         return args.claimed_digests(args)
-    return verify_inputs(_path_arguments(args, args.inputs), digest_all=bool(args.provenance))
+    return verify_inputs(
+        _path_arguments(args, args.inputs),
+        digest_all=bool(args.provenance),
+        kinds=args.input_kinds,
+        labels=args.option_labels,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.option_labels = _option_labels(parser, args)
     started_utc = datetime.now(UTC).isoformat(timespec="seconds")
     start = time.perf_counter()
     leader = os.environ.get("RANK", "0") == "0"  # one check and one record per torchrun job
     try:
         input_digests = _verified_inputs(args) if leader else {}
         args.run(args)
-    except UserInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except Exception as error:  # the one place a command's expected failures become one line
+        paths = _path_arguments(args, (*args.inputs, *args.outputs))
+        report = expected_error(error, paths, args.option_labels)
+        if report is None:
+            raise
+        print(f"error: {report.message}", file=sys.stderr)
+        return report.status
+    except KeyboardInterrupt:
+        print("interrupted (outputs are written atomically: none is left half-written)", file=sys.stderr)
+        return 130
     if args.provenance and leader:
         from workflow_scripts.records import build_record
 

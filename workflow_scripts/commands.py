@@ -27,14 +27,27 @@ def add_command(
     help: str,
     inputs: Sequence[str] = (),
     outputs: Sequence[str] = (),
+    folders: Sequence[str] = (),
+    either: Sequence[str] = (),
 ) -> argparse.ArgumentParser:
-    """Register a command; ``inputs``/``outputs`` name the path arguments provenance checksums."""
+    """Register a command; ``inputs``/``outputs`` name the path arguments provenance checksums.
+
+    An input is a file unless named in ``folders`` (a folder) or ``either`` (a list that may hold
+    both): the entry point refuses one of the other kind before the command runs.
+    """
     parser = commands.add_parser(name, help=help, description=help)
     parser.add_argument(
         "--provenance", metavar="JSON", help="write a provenance record of this run to this path"
     )
-    parser.set_defaults(run=run, inputs=tuple(inputs), outputs=tuple(outputs))
+    parser.set_defaults(
+        run=run, inputs=tuple(inputs), outputs=tuple(outputs), input_kinds=input_kinds(folders, either)
+    )
     return parser
+
+
+def input_kinds(folders: Sequence[str] = (), either: Sequence[str] = ()) -> dict[str, str]:
+    """Input argument name → ``"folder"`` or ``"either"``; every other input is a file."""
+    return dict.fromkeys(folders, "folder") | dict.fromkeys(either, "either")
 
 
 def json_argument(text: str) -> Any:
@@ -50,5 +63,5 @@ def recorded_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
     The audit parses the command a rule would run today the same way, so the two compare key by key.
     """
-    skip = {"run", "inputs", "outputs", "provenance", "claimed_digests"}
+    skip = {"run", "inputs", "outputs", "input_kinds", "option_labels", "provenance", "claimed_digests"}
     return {key: value for key, value in vars(args).items() if key not in skip}

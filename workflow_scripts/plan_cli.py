@@ -77,7 +77,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         metavar="TOKENS",
         help="measured decoded tokens per second per GPU of a generation job; replaces the assumed rate",
     )
-    parser.set_defaults(run=run, command="plan", provenance=None, inputs=(), outputs=())
+    parser.set_defaults(run=run, command="plan", provenance=None, inputs=(), outputs=(), input_kinds={})
 
 
 def load_config(path: str, overlays: list[str]) -> dict[str, Any]:

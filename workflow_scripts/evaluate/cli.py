@@ -375,6 +375,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_generate,
         "sample every benchmark item once per repeat seed from a checkpoint",
         inputs=("checkpoint", "items"),
+        folders=("checkpoint",),
         outputs=("out",),
     )
     generate.add_argument("--checkpoint", required=True, help="checkpoint directory (base or fine-tuned)")
@@ -447,6 +448,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_likelihood,
         "teacher-forced gold-answer log-likelihood per item, under the model's own or an overridden routing",
         inputs=("checkpoint", "items"),
+        folders=("checkpoint",),
         outputs=("out", "summary"),
     )
     likelihood.add_argument("--checkpoint", required=True, help="checkpoint directory (base or fine-tuned)")

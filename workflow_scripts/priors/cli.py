@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from workflow_scripts.atomic import write_json
 from workflow_scripts.commands import add_command, add_stage
@@ -87,8 +85,8 @@ def run_compute(args: argparse.Namespace) -> None:
 
 def run_shuffle(args: argparse.Namespace) -> None:
     """Within-community and global shuffles of a prior, and their prior-side validation (Appendix E, B.2)."""
-    import numpy as np
 
+    from workflow_scripts.file_formats.partition import load_partition_labels
     from workflow_scripts.file_formats.prior import load_prior
     from workflow_scripts.priors.shuffle import (
         apply_permutations,
@@ -99,7 +97,7 @@ def run_shuffle(args: argparse.Namespace) -> None:
     from workflow_scripts.records import path_digest
 
     prior = load_prior(args.prior)
-    partition = np.asarray(json.loads(Path(args.partition).read_text())["labels"])
+    partition = load_partition_labels(args.partition)
     if partition.shape != prior.shape[2:]:
         raise UserInputError(
             f"--partition {args.partition}: labels of shape {partition.shape}, "
@@ -140,6 +138,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_compute,
         "one frozen-base pass over a split: the (N, 2, L, E) prior, its meta and statistics",
         inputs=("model", "split"),
+        folders=("model",),
         outputs=("prior", "meta", "stats"),
     )
     compute.add_argument("--model", required=True, help="base checkpoint directory")

@@ -9,10 +9,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import atomic_path, write_json
@@ -107,6 +105,7 @@ def run_retention(args: argparse.Namespace) -> None:
     import numpy as np
     import pandas as pd
 
+    from workflow_scripts.file_formats.partition import load_partition_labels
     from workflow_scripts.file_formats.routes import load_routes
     from workflow_scripts.probe.analysis import nmi_sweep, null_model, retention
     from workflow_scripts.routing_metrics.communities import Detector
@@ -123,7 +122,7 @@ def run_retention(args: argparse.Namespace) -> None:
     detector, probe = Detector(**args.detector), args.probe
     experts = base.num_experts
     rows, summary = retention(base.topk, run.topk, experts, detector, probe["divergence_log_base"])
-    base_labels = np.asarray(json.loads(Path(args.partition).read_text())["labels"])
+    base_labels = load_partition_labels(args.partition)
     null = probe["null_model"]
     null_rows, null_summary = null_model(
         run.topk, base_labels, experts, detector, null["samples"], null["seed"]
@@ -154,6 +153,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_routes,
         "stock top-k and router probabilities of a checkpoint on the first N Q/A tokens of a probe pool",
         inputs=("checkpoint", "pool"),
+        folders=("checkpoint",),
         outputs=("routes", "meta"),
     )
     routes.add_argument("--checkpoint", required=True, help="checkpoint directory (base or fine-tuned)")

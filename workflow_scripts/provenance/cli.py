@@ -105,7 +105,8 @@ def register(stages: argparse._SubParsersAction) -> None:
         "manifest",
         manifest,
         help="checksum every input of one table or figure and gather the records that produced them",
-        inputs=("inputs_list",),
+        inputs=("inputs_list", "config_files"),
+        either=("inputs_list",),
         outputs=("out",),
     )
     parser.add_argument("--output-id", required=True, help="table or figure id, e.g. table5")
@@ -136,4 +137,4 @@ def register(stages: argparse._SubParsersAction) -> None:
         "--out", help="write the report here when everything holds (the check rule's output)"
     )
     audit_with_parsers = functools.partial(run_audit, stages=stages)
-    checker.set_defaults(run=audit_with_parsers, provenance=None, inputs=(), outputs=())
+    checker.set_defaults(run=audit_with_parsers, provenance=None, inputs=(), outputs=(), input_kinds={})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.errors import UserInputError
+from workflow_scripts.errors import UserInputError, option_name
 from workflow_scripts.records import path_digest
 
 RECORD_PATTERN = "*provenance*.json"
@@ -106,8 +106,6 @@ class RecordIndex:
 
 def _check_digest(path: str, current: Mapping[str, Any], entry: RecordedOutput, index: RecordIndex) -> None:
     """Refuse ``path`` if its checksum differs from the one ``entry`` recorded when it was written."""
-    if current.get("missing"):
-        return  # the command names a missing input itself
     if current["sha256"] != entry.digest["sha256"]:
         raise UserInputError(
             f"{path}: sha256 {current['sha256']} differs from {entry.digest['sha256']} recorded by "
@@ -116,8 +114,22 @@ def _check_digest(path: str, current: Mapping[str, Any], entry: RecordedOutput, 
         )
 
 
-def verify_inputs(inputs: Mapping[str, str], digest_all: bool) -> dict[str, dict[str, Any]]:
-    """Check each input against the records listing it; return the digests taken, by input name.
+def check_kind(name: str, path: str, kinds: Mapping[str, str], labels: Mapping[str, str]) -> None:
+    """Refuse a missing input, a folder given for a file or a file for a folder (``commands.input_kinds``)."""
+    kind = kinds.get(name.partition("[")[0], "file")
+    given = f"{option_name(name, labels)} {path}"
+    if not os.path.exists(path):  # a missing input is never vouched for
+        raise UserInputError(f"{given}: no such file or directory")
+    if kind == "file" and not os.path.isfile(path):
+        raise UserInputError(f"{given}: a folder, where a file is expected")
+    if kind == "folder" and not os.path.isdir(path):
+        raise UserInputError(f"{given}: a file, where a folder is expected")
+
+
+def verify_inputs(
+    inputs: Mapping[str, str], digest_all: bool, kinds: Mapping[str, str], labels: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Check each input's kind and its records; return the digests taken, by input name.
 
     Only inputs some record lists are hashed, unless ``digest_all`` (the caller writes a
     record of its own and needs every input's digest): each input is hashed at most once.
@@ -125,6 +137,7 @@ def verify_inputs(inputs: Mapping[str, str], digest_all: bool) -> dict[str, dict
     index = RecordIndex(Path.cwd())
     digests = {}
     for name, path in inputs.items():
+        check_kind(name, path, kinds, labels)
         entries = index.recorded(path)
         if index.unreadable:
             raise UnreadableRecord(next(iter(index.unreadable.values())))

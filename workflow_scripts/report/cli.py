@@ -150,6 +150,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_table,
         "compute one paper table and render it as csv, md and tex beside the paper's values",
         inputs=("input_files", "reference", "reference_notes"),
+        either=("input_files",),
         outputs=("csv", "md", "tex"),
     )
     table.add_argument("--id", required=True, help="table id of the registry, e.g. table5")
@@ -172,6 +173,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_figure_data,
         "compute the numbers behind one figure and write them as CSV",
         inputs=("input_files",),
+        either=("input_files",),
         outputs=("data",),
     )
     data.add_argument("--id", required=True, help="figure id of the registry, e.g. figure3")

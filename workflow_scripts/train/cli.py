@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.atomic import write_json
-from workflow_scripts.commands import add_command, add_stage, json_argument
+from workflow_scripts.commands import add_command, add_stage, input_kinds, json_argument
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.layout import PRIOR_VALIDATION
 from workflow_scripts.train.condition import objective_for
@@ -187,6 +187,7 @@ def _entry(name: str) -> Any:
 MEGATRON_INPUTS = ("hf_base", "megatron_base", "dataset", "split", "prior", "prior_meta")
 # Everything the training reads: its claim hashes these once, its provenance record lists them.
 MEGATRON_RUN_INPUTS = (*MEGATRON_INPUTS, "shuffle_record")
+MEGATRON_FOLDERS = ("hf_base", "megatron_base", "dataset")
 
 
 def _megatron_inputs(command: argparse.ArgumentParser) -> None:
@@ -214,7 +215,8 @@ def _claim(args: argparse.Namespace) -> None:
     from workflow_scripts.train.megatron.resume import claim, record_digests
 
     _, meta = objective_for(args)  # a wrong condition or prior fails here, before any rank starts
-    digests = verify_inputs(_given_inputs(args), digest_all=True)
+    kinds = input_kinds(MEGATRON_FOLDERS)
+    digests = verify_inputs(_given_inputs(args), digest_all=True, kinds=kinds, labels=args.option_labels)
     if args.prior_meta:
         from transformers import AutoTokenizer
 
@@ -268,6 +270,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         run_train,
         "post-train a base checkpoint under one condition and seed (transformers, CPU)",
         inputs=("base", "split", "prior", "prior_meta", "shuffle_record"),
+        folders=("base",),
         outputs=("out", "log"),
     )
     run.add_argument("--base", required=True, help="base checkpoint directory")
@@ -282,6 +285,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         _entry("run_megatron"),
         "post-train with Megatron-Bridge (one process per GPU, under torchrun)",
         inputs=MEGATRON_RUN_INPUTS,
+        folders=MEGATRON_FOLDERS,
         outputs=("out", "record"),
     )
     megatron.set_defaults(claimed_digests=_claimed_digests)
@@ -341,6 +345,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         _entry("import_base"),
         "convert an HF base checkpoint to Megatron format (once per model)",
         inputs=("hf_base",),
+        folders=("hf_base",),
         outputs=("out",),
     )
     imported.add_argument("--hf-base", required=True, help="HF base checkpoint directory")
@@ -352,6 +357,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         _entry("export_hf"),
         "export a finished Megatron run as a hook-free HF checkpoint",
         inputs=("hf_base", "megatron"),
+        folders=("hf_base", "megatron"),
         outputs=("out",),
     )
     exported.add_argument("--hf-base", required=True, help="HF base checkpoint (architecture, tokenizer)")

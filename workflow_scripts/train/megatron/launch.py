@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from workflow_scripts.errors import UserInputError
 
@@ -96,11 +97,33 @@ def torchrun_command(
     ]
 
 
+def training_work(entry: Sequence[str]) -> str | None:
+    """The ``--work`` folder of a ``train megatron`` entry (``None`` for any other command)."""
+    if list(entry[:2]) != ["train", "megatron"]:
+        return None
+    for at, argument in enumerate(entry):
+        if argument == "--work" and at + 1 < len(entry):
+            return entry[at + 1]
+        if argument.startswith("--work="):
+            return argument.partition("=")[2]
+    return None
+
+
 def run_launch(args: argparse.Namespace) -> None:
-    """Start the run on every node of the allocation and wait for it; a failed rank fails the job."""
+    """Start the run on every node of the allocation and wait for it; a failed rank fails the job.
+
+    Before a training starts, this one process checks the checkpoint it will resume from against
+    its digests (``resume.set_aside_damaged``), so that no rank reads a damaged one and no rank
+    hashes hundreds of GB while the others wait.
+    """
     entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
     if not entry:
         raise UserInputError("nothing to launch: give the workflow_scripts command after '--'")
+    work = training_work(entry)
+    if work is not None:
+        from workflow_scripts.train.megatron.resume import set_aside_damaged
+
+        set_aside_damaged(Path(work))
     job_id = os.environ.get("SLURM_JOB_ID")
     head = head_node(job_id) if job_id else None
     cpus = cpus_per_task(job_id) if job_id else None
@@ -111,6 +134,20 @@ def run_launch(args: argparse.Namespace) -> None:
     status = subprocess.run(command).returncode
     if status:
         raise SystemExit(status)
+
+
+#: What torchrun sets for each rank; a command run without it cannot join a process group.
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def require_torchrun(command: str) -> None:
+    """Refuse to start outside ``torchrun`` (as ``megatron-launch`` runs it), naming what is unset."""
+    unset = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+    if unset:
+        raise UserInputError(
+            f"{command} runs on every rank under torchrun (train megatron-launch starts it); "
+            f"{', '.join(unset)} not set"
+        )
 
 
 def rendezvous_report(out: str) -> None:
@@ -129,6 +166,7 @@ def rendezvous_report(out: str) -> None:
 
     from workflow_scripts.atomic import write_text
 
+    require_torchrun("train megatron-rendezvous")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
     if backend == "nccl":
