@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -299,6 +300,124 @@ def test_bias_update_resumes_bit_identically(tokenizer, examples, tmp_path):
         {k: v for k, v in r.items() if k != "seconds"} for r in again
     ]
     assert not np.array_equal(_bias(straight), _bias(_biased_v3(tokenizer)))
+
+
+def flip_bytes(path, count=64, at=None) -> None:
+    """Invert ``count`` bytes of ``path`` in place, from its middle unless ``at`` is given."""
+    data = bytearray(path.read_bytes())
+    start = len(data) // 2 if at is None else at
+    data[start : start + count] = bytes(b ^ 0xFF for b in data[start : start + count])
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_newest_checkpoint_is_not_resumed_but_the_one_before(tokenizer, examples, tmp_path, capsys):
+    """Flipped bytes in the newest checkpoint: the run resumes from the previous one and ends identical."""
+    from workflow_scripts.modeling import checkpoint
+
+    objective = Objective.from_condition(CONDITIONS["none"], expert_bias_update_rate=1e-2)
+    settings = config(4, checkpoint_every_steps=1)
+    straight = _biased_v3(tokenizer)
+    records = train(straight, examples, objective, settings, 0, tokenizer.pad_token_id, None, tmp_path, "k")
+    kept = [p.name for p in checkpoint.checkpoint_files(tmp_path)]
+    assert kept == ["step_00000002.pt", "step_00000003.pt"]
+    assert all(checkpoint.damage(tmp_path / name) is None for name in kept)
+    flip_bytes(tmp_path / "step_00000003.pt")
+    capsys.readouterr()
+    resumed = _biased_v3(tokenizer)
+    again = train(resumed, examples, objective, settings, 0, tokenizer.pad_token_id, None, tmp_path, "k")
+    stderr = capsys.readouterr().err
+    damaged = tmp_path / "step_00000003.pt"
+    assert f"not resuming from {damaged}: 1 file(s) differ from their recorded sha256" in stderr
+    assert "resuming after step 2 " in stderr
+    assert (tmp_path / "step_00000003.pt.damaged").is_file()
+    a, b = straight.state_dict(), resumed.state_dict()
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in records] == [
+        {k: v for k, v in r.items() if k != "seconds"} for r in again
+    ]
+
+
+def _saved_pair(tmp_path):
+    """Checkpoints of steps 1 and 2 of a small linear model; the model's weights at each."""
+    from workflow_scripts.modeling import checkpoint
+
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.AdamW(model.parameters())
+    weights = {}
+    for step in (1, 2):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        weights[step] = model.weight.detach().clone()
+        checkpoint.save(tmp_path, step, model, optimizer, [{"step": step}], "k")
+    return weights
+
+
+def _restored(tmp_path):
+    from workflow_scripts.modeling import checkpoint
+
+    model = torch.nn.Linear(64, 64)
+    step, records = checkpoint.restore(tmp_path, "k", model, torch.optim.AdamW(model.parameters()))
+    return step, records, model.weight.detach()
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda p: flip_bytes(p, at=4096), "differ from their recorded sha256 (step_00000002.pt:"),
+        (lambda p: p.write_bytes(p.read_bytes()[:-100]), "1 file(s) differ from their recorded sha256"),
+        (lambda p: Path(f"{p}.sha256").unlink(), "it has no digest list (step_00000002.pt.sha256)"),
+        (lambda p: Path(f"{p}.sha256").write_text(Path(f"{p}.sha256").read_text()[:30]), "is cut short"),
+        (
+            lambda p: Path(f"{p}.sha256").write_text("0" * 64 + "  step_00000001.pt\n"),
+            "listed file(s) are missing",
+        ),
+    ],
+    ids=["flipped bytes", "truncated checkpoint", "no digest", "truncated digest", "digest of another file"],
+)
+def test_a_checkpoint_that_fails_its_digest_falls_back_to_the_previous(tmp_path, capsys, damage, reason):
+    from workflow_scripts.modeling import checkpoint
+
+    weights = _saved_pair(tmp_path)
+    newest = tmp_path / "step_00000002.pt"
+    damage(newest)
+    assert reason in checkpoint.damage(newest)
+    step, records, restored = _restored(tmp_path)
+    assert (step, records) == (1, [{"step": 1}]) and torch.equal(restored, weights[1])
+    stderr = capsys.readouterr().err
+    assert f"not resuming from {newest}: " in stderr and reason in stderr
+    assert "resuming after step 1 " in stderr
+    assert not newest.exists() and (tmp_path / "step_00000002.pt.damaged").is_file()
+
+
+def test_with_every_checkpoint_damaged_the_run_starts_fresh(tmp_path, capsys):
+    _saved_pair(tmp_path)
+    for path in sorted(tmp_path.glob("step_*.pt")):
+        flip_bytes(path)
+    assert _restored(tmp_path)[:2] == (0, [])
+    stderr = capsys.readouterr().err
+    assert stderr.count("not resuming from") == 2
+    assert f"starting fresh: no intact resume checkpoint is left in {tmp_path}" in stderr
+
+
+def test_saving_keeps_the_newest_two_checkpoints_each_with_its_digest(tmp_path):
+    import hashlib
+
+    from workflow_scripts.modeling import checkpoint
+
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for step in (2, 4, 6):
+        checkpoint.save(tmp_path, step, model, optimizer, [], "k")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step_00000004.pt",
+        "step_00000004.pt.sha256",
+        "step_00000006.pt",
+        "step_00000006.pt.sha256",
+    ]
+    sha256 = hashlib.sha256((tmp_path / "step_00000006.pt").read_bytes()).hexdigest()
+    assert (
+        tmp_path / "step_00000006.pt.sha256"
+    ).read_text() == f"{sha256}  step_00000006.pt\n"  # sha256sum -c
 
 
 def test_training_section_bias_rate(toy_config):

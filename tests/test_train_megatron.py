@@ -195,7 +195,144 @@ def _checkpoint(save, iteration, complete=True):
         for marker in resume.COMPLETE_MARKERS:
             (folder / marker).write_text("x")
         (folder / "run_config.yaml").write_text(RUN_CONFIG)
+        write_digest_list(folder)
     return folder
+
+
+def write_digest_list(folder):
+    """What the ranks' ``on_checkpoint_save`` callback writes (``entry.checkpoint_digests``), here in one."""
+    from workflow_scripts.records.sha256sums import digests_of, write_list
+
+    write_list(folder / resume.DIGEST_LIST, digests_of(folder, resume.checkpoint_files(folder)))
+
+
+def bridge_checkpoint(save, iteration):
+    """A checkpoint folder laid out as Bridge's torch_dist save of two ranks leaves it, with its list."""
+    folder = resume.iteration_dir(save, iteration)
+    (folder / "tokenizer").mkdir(parents=True)
+    for rank in range(2):
+        (folder / f"__{rank}_0.distcp").write_bytes(bytes(range(256)) * (64 + rank) + iteration.to_bytes(4))
+    for name in (".metadata", "common.pt", "metadata.json", "train_state.pt", "tokenizer/tokenizer.json"):
+        (folder / name).write_bytes(f"{name} {iteration}".encode())
+    (folder / "run_config.yaml").write_text(RUN_CONFIG)
+    write_digest_list(folder)
+    return folder
+
+
+def _flip(path, count=64):
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + count] = bytes(b ^ 0xFF for b in data[middle : middle + count])
+    path.write_bytes(bytes(data))
+
+
+DAMAGES = {
+    "flipped bytes": (
+        lambda f: _flip(f / "__1_0.distcp"),
+        "1 file(s) differ from their recorded sha256 (__1_0.distcp:",
+    ),
+    "truncated shard": (
+        lambda f: (f / "__0_0.distcp").write_bytes((f / "__0_0.distcp").read_bytes()[:1000]),
+        "differ from their recorded sha256 (__0_0.distcp:",
+    ),
+    "missing file": (lambda f: (f / "common.pt").unlink(), "1 listed file(s) are missing (common.pt)"),
+    "extra file": (lambda f: (f / "__2_0.distcp").write_bytes(b"x"), "1 file(s) are not in its digest list"),
+    "truncated digest list": (
+        lambda f: (f / resume.DIGEST_LIST).write_text((f / resume.DIGEST_LIST).read_text()[:100]),
+        "its digest list sha256sums.txt is cut short",
+    ),
+    "malformed digest list": (
+        lambda f: (f / resume.DIGEST_LIST).write_text("not a digest\n"),
+        "its digest list sha256sums.txt is malformed at line 1",
+    ),
+}
+
+
+def launch_training(work, monkeypatch):
+    """``train megatron-launch -- train megatron ... --work WORK`` as the rule runs it, torchrun recorded."""
+    import subprocess
+
+    from workflow_scripts.cli import main
+    from workflow_scripts.train.megatron import launch
+
+    started = []
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(
+        launch.subprocess,
+        "run",
+        lambda command: started.append(command) or subprocess.CompletedProcess(command, 0),
+    )
+    entry = ["train", "megatron", "--split", "train.parquet", "--work", str(work), "--moe-layers", "2"]
+    assert main(["train", "megatron-launch", "--nodes", "1", "--gpus-per-node", "2", "--", *entry]) == 0
+    assert len(started) == 1 and started[0][-len(entry) :] == entry
+    return started
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_the_launch_moves_a_damaged_checkpoint_aside_and_the_run_resumes_the_one_before(
+    tmp_path, capsys, monkeypatch, kind
+):
+    """A damaged newest checkpoint is named with the reason, moved out of Bridge's save folder, and
+    the ranks resume the previous one (Bridge keeps it until the newest's digest list is written)."""
+    damage, reason = DAMAGES[kind]
+    work = tmp_path / "work"
+    save = work / resume.CHECKPOINTS
+    bridge_checkpoint(save, 100)
+    newest = bridge_checkpoint(save, 200)
+    assert resume.damage(newest) is None and resume.latest_complete(save) == 200
+    damage(newest)
+    assert reason in resume.damage(newest)
+    launch_training(work, monkeypatch)
+    stderr = capsys.readouterr().err
+    assert f"not resuming from {newest}: " in stderr and reason in stderr
+    assert f"moved to {work / resume.DAMAGED / newest.name}" in stderr
+    assert f"resuming from {resume.iteration_dir(save, 100)}: its files match their digests" in stderr
+    assert not newest.exists() and (work / resume.DAMAGED / newest.name).is_dir()
+    assert resume.latest_complete(save) == 100, "what every rank then resumes from"
+
+
+def test_with_every_checkpoint_damaged_the_run_starts_from_the_base(tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    save = work / resume.CHECKPOINTS
+    for iteration in (100, 200):
+        _flip(bridge_checkpoint(save, iteration) / "__0_0.distcp")
+    launch_training(work, monkeypatch)
+    stderr = capsys.readouterr().err
+    assert stderr.count("not resuming from") == 2
+    assert f"no intact checkpoint is left in {save}: the run starts from the base" in stderr
+    assert resume.latest_complete(save) is None
+
+
+def test_the_launch_of_an_intact_run_changes_nothing(tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    folder = bridge_checkpoint(work / resume.CHECKPOINTS, 100)
+    launch_training(work, monkeypatch)
+    assert f"resuming from {folder}: its files match their digests" in capsys.readouterr().err
+    assert resume.damage(folder) is None and not (work / resume.DAMAGED).exists()
+    launch_training(tmp_path / "new", monkeypatch)  # a first start: nothing to check
+    assert capsys.readouterr().err.count("resuming from") == 0
+
+
+def test_a_checkpoint_killed_before_its_digest_list_is_not_complete(tmp_path):
+    """The ranks write the list after Bridge's save; a kill in between leaves the previous checkpoint."""
+    save = tmp_path / "checkpoints"
+    bridge_checkpoint(save, 100)
+    (bridge_checkpoint(save, 200) / resume.DIGEST_LIST).unlink()
+    assert resume.latest_complete(save) == 100
+    assert "it has no digest list (sha256sums.txt): the save was cut short" in resume.damage(
+        resume.iteration_dir(save, 200)
+    )
+
+
+def test_the_ranks_share_the_hashing_by_bytes_and_cover_every_file_once(tmp_path):
+    folder = bridge_checkpoint(tmp_path, 100)
+    names = resume.checkpoint_files(folder)
+    assert resume.DIGEST_LIST not in names and "tokenizer/tokenizer.json" in names
+    for world in (1, 2, 3, 16):
+        parts = resume.shares(folder, names, world)
+        assert len(parts) == world and sorted(n for part in parts for n in part) == names
+    first, second = resume.shares(folder, names, 2)
+    assert "__1_0.distcp" in first and "__0_0.distcp" in second, "the two largest files on two ranks"
 
 
 #: The shape of Bridge's run_config.yaml: ``ConfigContainer`` sections sorted by name, ``validation`` last.

@@ -98,6 +98,29 @@ def test_killed_run_resumes_bit_identically(training_inputs, tmp_path):
     assert log_without_times(resumed) == log_without_times(straight)
 
 
+def test_a_resume_checkpoint_with_flipped_bytes_is_not_resumed_from(training_inputs, tmp_path):
+    """64 bytes flipped in the newest checkpoint once resumed to other weights, exit 0; now the run
+    names the file, resumes from the intact one before it and ends identical to an uninterrupted run."""
+    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+    kill_after_checkpoint(training_inputs, resumed)
+    resume = Path(f"{resumed}.resume")
+    listed = sorted(p.with_suffix("") for p in resume.glob("step_*.pt.sha256"))  # checkpoints with a digest
+    assert len(listed) >= 2, listed  # the newest two are kept (a third until the newest's digest is written)
+    damaged, previous = listed[-1], listed[-2]
+    data = bytearray(damaged.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
+    damaged.write_bytes(bytes(data))
+    stderr = finish(training_inputs, resumed)
+    assert f"not resuming from {damaged}: 1 file(s) differ from their recorded sha256" in stderr
+    assert f"resuming after step {int(previous.stem.split('_')[1])} from {previous}" in stderr
+    finish(training_inputs, straight)
+    a, b = load_local(resumed)[0].state_dict(), load_local(straight)[0].state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    assert log_without_times(resumed) == log_without_times(straight)
+    assert not resume.exists()
+
+
 def sft_command(inputs: dict[str, Path], split: Path, out: Path) -> list[str]:
     """``command`` for the prior-free condition 'none' on ``split``, so the split may change alone."""
     arguments = command({**inputs, "split": split}, out)

@@ -123,8 +123,9 @@ def train(
 
     ``prior`` is the raw ``(N, 2, L, E)`` prior whose row ``i`` belongs to ``examples[i]``.
     With ``resume_dir`` a checkpoint is written every ``config.checkpoint_every_steps``
-    steps and the newest one of the same ``run_key`` is resumed from. The routing hook is
-    attached for the run (it also records the unbiased router logits) and detached after.
+    steps and the newest intact one (``checkpoint.restore``) of the same ``run_key`` is resumed
+    from. The routing hook is attached for the run (it also records the unbiased router
+    logits) and detached after.
 
     One optimizer step = one global batch = gradient accumulation over its micro-batches.
     Normalisation across accumulation: the cross-entropy is the mean over the label tokens of

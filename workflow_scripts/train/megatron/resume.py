@@ -13,6 +13,10 @@ folder; the finished run's record carries that list. The work folder is bound to
 key (``claim``): checkpoints written for other inputs or settings are never resumed. The
 claim hashes the inputs once per job, before any rank starts, and leaves the digests for the
 ranks' provenance record (``claimed_digests``).
+
+A checkpoint is complete only with its digest list (``sha256sums.txt``), which the ranks write
+after the save's last barrier (``entry``); before any rank starts, the launch checks the newest
+one's files against it and moves a damaged one aside (``set_aside_damaged``).
 """
 
 from __future__ import annotations
@@ -29,11 +33,16 @@ from typing import Any
 from workflow_scripts.atomic import write_json, write_text
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.modeling.run_key import differing_fields
+from workflow_scripts.records.sha256sums import DigestListError, mismatch, read_list
 
 TRACKER = "latest_checkpointed_iteration.txt"
 KEY_FILE = "run_key.json"
 DIGESTS_FILE = "input_digests.json"
+#: Bridge's save folder and the folder damaged checkpoints are moved to, both in the work folder.
+CHECKPOINTS, DAMAGED = "checkpoints", "damaged"
 COMPLETE_MARKERS = (".metadata", "train_state.pt", "run_config.yaml")
+#: A checkpoint's digest list, written after everything Bridge writes into it.
+DIGEST_LIST = "sha256sums.txt"
 #: The section Bridge's ``ConfigContainer.to_yaml`` writes last (its sections sorted by name).
 LAST_CONFIG_SECTION = "validation"
 _ITERATION = re.compile(r"^iter_(\d{7})$")
@@ -44,8 +53,10 @@ def iteration_dir(save: Path, iteration: int) -> Path:
 
 
 def is_complete(folder: Path) -> bool:
-    """Whether an ``iter_*`` folder holds a whole checkpoint: every marker, a whole run config."""
-    return all((folder / marker).is_file() for marker in COMPLETE_MARKERS) and run_config_complete(
+    """Whether an ``iter_*`` folder holds a whole checkpoint: every marker, a whole run config, and
+    its digest list (``damage`` checks the files against it; that reads them all)."""
+    markers = (*COMPLETE_MARKERS, DIGEST_LIST)
+    return all((folder / marker).is_file() for marker in markers) and run_config_complete(
         folder / "run_config.yaml"
     )
 
@@ -71,15 +82,80 @@ def run_config_complete(path: Path) -> bool:
     )
 
 
-def latest_complete(save: Path) -> int | None:
-    """The newest iteration with a complete checkpoint in ``save`` (``None``: start from the base)."""
+def complete_iterations(save: Path) -> list[int]:
+    """The iterations with a complete checkpoint in ``save``, oldest first."""
     iterations = sorted(
         int(match.group(1))
         for entry in Path(save).glob("iter_*")
         if (match := _ITERATION.match(entry.name)) and entry.is_dir()
     )
-    complete = [i for i in iterations if is_complete(iteration_dir(save, i))]
+    return [i for i in iterations if is_complete(iteration_dir(save, i))]
+
+
+def latest_complete(save: Path) -> int | None:
+    """The newest iteration with a complete checkpoint in ``save`` (``None``: start from the base)."""
+    complete = complete_iterations(save)
     return complete[-1] if complete else None
+
+
+def checkpoint_files(folder: Path) -> list[str]:
+    """Every file below a checkpoint folder but its digest list, as sorted relative POSIX paths."""
+    folder = Path(folder)
+    return sorted(
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
+        if path.is_file() and path != folder / DIGEST_LIST
+    )
+
+
+def shares(folder: Path, names: list[str], world: int) -> list[list[str]]:
+    """``names`` split into ``world`` lists of about equal bytes: the files each rank hashes.
+
+    Largest file first, each to the list with the fewest bytes so far, so that a save's hashing
+    takes about one rank's ``1/world`` of it.
+    """
+    sizes = {name: (Path(folder) / name).stat().st_size for name in names}
+    loads, parts = [0] * world, [[] for _ in range(world)]
+    for name in sorted(names, key=lambda n: (-sizes[n], n)):
+        least = loads.index(min(loads))
+        loads[least] += sizes[name]
+        parts[least].append(name)
+    return parts
+
+
+def damage(folder: Path) -> str | None:
+    """Why a checkpoint folder's files are not the ones its digest list names; ``None``: intact."""
+    try:
+        listed = read_list(Path(folder) / DIGEST_LIST)
+    except DigestListError as error:
+        return str(error)
+    return mismatch(Path(folder), listed, checkpoint_files(folder))
+
+
+def set_aside_damaged(work: Path) -> int | None:
+    """Check the newest complete checkpoint of ``work`` against its digests, before any rank starts.
+
+    A damaged one is moved to ``<work>/damaged/`` (outside Bridge's save folder, whose
+    ``iter_*`` it globs), saying why, and the one before it is checked. Returns the iteration
+    the run will resume from (``None``: the base). Reads one checkpoint's bytes (hundreds of GB
+    at paper scale) once per start, in the launch's one process.
+    """
+    save = Path(work) / CHECKPOINTS
+    candidates = complete_iterations(save)
+    for iteration in reversed(candidates):
+        folder = iteration_dir(save, iteration)
+        reason = damage(folder)
+        if reason is None:
+            print(f"resuming from {folder}: its files match their digests", file=sys.stderr)
+            return iteration
+        aside = Path(work) / DAMAGED / folder.name
+        shutil.rmtree(aside, ignore_errors=True)
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        folder.rename(aside)
+        print(f"not resuming from {folder}: {reason}; moved to {aside}", file=sys.stderr)
+    if candidates:
+        print(f"no intact checkpoint is left in {save}: the run starts from the base", file=sys.stderr)
+    return None
 
 
 def claim(work: Path, key: str) -> bool:
@@ -148,7 +224,9 @@ def finish(save: Path, out: Path, iteration: int) -> Path:
     """
     final = iteration_dir(save, iteration)
     if not is_complete(final):
-        raise RuntimeError(f"the final checkpoint {final} is incomplete (missing one of {COMPLETE_MARKERS})")
+        raise RuntimeError(
+            f"the final checkpoint {final} is incomplete (missing one of {(*COMPLETE_MARKERS, DIGEST_LIST)})"
+        )
     out = Path(out)
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
