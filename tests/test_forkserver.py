@@ -164,6 +164,34 @@ def test_the_server_exits_and_cleans_up_when_its_parent_dies(tmp_path):
         time.sleep(0.2)
 
 
+def test_kill_9_of_snakemakes_process_group_kills_its_jobs(tmp_path):
+    """Server and client die at once; the job, in a group of its own, once went on and wrote its outputs."""
+    pids_file = tmp_path / "pids.json"
+    starter = (  # Snakemake: starts the server (onstart), then runs a job through its client
+        "import os, subprocess, sys; from workflow_scripts import forkserver; "
+        f"forkserver.start({str(tmp_path / 'server.log')!r}); "
+        "code = 'import sys; from workflow_scripts.forkserver import forward; "
+        "sys.exit(forward(sys.argv[1], sys.argv[2], sys.argv[3:]) or 0)'; "
+        "subprocess.run([sys.executable, '-c', code, os.environ[forkserver.SOCKET_VARIABLE], "
+        f"'tests.forkserver_job', 'hang', {str(pids_file)!r}])"
+    )
+    snakemake = subprocess.Popen(
+        [sys.executable, "-c", starter], cwd=ROOT, env=JOB_ENV, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while not pids_file.exists():
+        assert time.monotonic() < deadline and snakemake.poll() is None, "the job did not start"
+        time.sleep(0.05)
+    pids = json.loads(pids_file.read_text())
+    assert os.getpgid(pids[0]) != snakemake.pid, "the job runs in a group of its own"
+    os.killpg(snakemake.pid, signal.SIGKILL)
+    snakemake.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"still running: {[pid for pid in pids if alive(pid)]}"
+        time.sleep(0.05)
+
+
 def listening(socket_path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         return probe.connect_ex(str(socket_path)) == 0

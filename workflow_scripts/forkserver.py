@@ -27,6 +27,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 SOCKET_VARIABLE = "RPB_FORK_SERVER"
 REFUSED = -1  # exit status meaning "run it yourself" (the job's interpreter differs from the server's)
@@ -134,13 +135,17 @@ def _run_child(request: dict, streams: list[int], closing: Sequence[int]) -> Non
     status = 1
     try:
         os.setpgid(0, 0)  # one group per job: killing it reaches the job's own subprocesses
+        server = os.getppid()
         signal.set_wakeup_fd(-1)
         for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the server across the fork
         for descriptor in closing:
             os.close(descriptor)
+        job = os.fork()
+        if job != 0:
+            _guard_group(job, server, streams)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the server across the fork
         for target, descriptor in zip(_STREAMS, streams, strict=True):
             os.dup2(descriptor, target)
             os.close(descriptor)
@@ -163,6 +168,27 @@ def _run_child(request: dict, streams: list[int], closing: Sequence[int]) -> Non
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(status)
+
+
+_GUARD_POLL_S = 0.1
+
+
+def _guard_group(job: int, server: int, streams: Sequence[int]) -> NoReturn:
+    """The job's group leader: wait for the job, and kill the whole group if the server ends first.
+
+    ``kill -9`` of Snakemake's process group kills the client and the server but not a job, which
+    runs in a group of its own; without this it would go on (and write its outputs) after the
+    run was killed, racing a rerun. The leader exits with the job's status.
+    """
+    for descriptor in streams:
+        os.close(descriptor)
+    while True:
+        finished, wait_status = os.waitpid(job, os.WNOHANG)
+        if finished:
+            os._exit(_exit_status(wait_status))
+        if os.getppid() != server:
+            os.killpg(0, signal.SIGKILL)
+        time.sleep(_GUARD_POLL_S)
 
 
 def _exit_status(wait_status: int) -> int:

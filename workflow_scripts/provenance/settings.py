@@ -1,8 +1,8 @@
 """What the current configuration gives each recorded job, for the audit to compare with its record.
 
 A record keeps the parsed arguments of the command that wrote it (config slices included).
-Snakemake's own dry run of the audited output, forced over its whole closure, prints the
-command every job would run today; parsed by the same parser, the two compare key by key,
+Snakemake's own dry run of the audited output prints the command every job of its closure
+would run today; parsed by the same parser, the two compare key by key,
 so a file produced under other settings (a stale or foreign artefact with a valid record
 of its own) is named with the keys that differ. Jobs are matched by their record's path,
 which each command names in ``--provenance``.
@@ -16,12 +16,14 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from workflow_scripts.commands import recorded_arguments
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.layout import RESULTS
 
 SHELL_LINE = "Shell command: "
 ENTRY = ("-m", "workflow_scripts")
@@ -81,13 +83,35 @@ def settings_by_record(
 
 
 def current_commands(targets: Sequence[str], config_files: Sequence[str], root: Path) -> list[str]:
-    """Every job's shell command in the closure of ``targets`` as the given config files make it today."""
-    command = [
-        sys.executable, "-m", "snakemake", *targets, "--forceall", "--dry-run", "--printshellcmds",
-        "--nolock", "--configfiles", *config_files,
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1800)
+    """Every job's shell command in the closure of ``targets`` as the given config files make it today.
+
+    Snakemake plans in a shadow of the checkout without its results (every other entry linked),
+    where the whole closure is to run: forcing it over the real results instead (``--forceall``)
+    stops at the first write-protected output (``protect_outputs``, a read-only results folder),
+    and the dry run would touch nothing there in any case. The DAG has no checkpoints, so the
+    closure does not depend on what results exist.
+    """
+    with tempfile.TemporaryDirectory(prefix="rpb-audit-plan-") as shadow:
+        for entry in Path(root).iterdir():
+            if entry.name not in (RESULTS, ".snakemake"):
+                (Path(shadow) / entry.name).symlink_to(entry.absolute())
+        command = [
+            sys.executable, "-m", "snakemake", *(_relative(target, root) for target in targets),
+            "--dry-run", "--printshellcmds", "--nolock", "--configfiles", *config_files,
+        ]  # fmt: skip
+        done = subprocess.run(command, cwd=shadow, capture_output=True, text=True, timeout=1800)
+        lines = done.stdout.replace(shadow, str(Path(root).absolute())).splitlines()
     if done.returncode != 0:
         planned = f"{' '.join(targets)} under {' '.join(config_files)}"
-        raise UserInputError(f"snakemake could not plan {planned}:\n{done.stderr[-3000:]}")
-    return [line[len(SHELL_LINE) :] for line in done.stdout.splitlines() if line.startswith(SHELL_LINE)]
+        # Snakemake prints some failures (a protected output) on stdout, others on stderr.
+        said = "\n".join(text.strip() for text in (done.stdout, done.stderr) if text.strip())[-3000:]
+        raise UserInputError(f"snakemake could not plan {planned}:\n{said}")
+    return [line[len(SHELL_LINE) :] for line in lines if line.startswith(SHELL_LINE)]
+
+
+def _relative(target: str, root: Path) -> str:
+    """A target inside the checkout, relative to it (the shadow has the same layout)."""
+    path = Path(target).absolute()
+    return (
+        str(path.relative_to(Path(root).absolute())) if path.is_relative_to(Path(root).absolute()) else target
+    )
