@@ -138,7 +138,8 @@ def test_build_coding_corpus_from_openr1_and_main(tmp_path: Path) -> None:
     done = build(raw, tmp_path / "r1", "openr1", {**MATH_SPEC, "train_rows": None})
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "r1" / "report.json").read_text())
-    assert report["rows_train"] + report["rows_probe"] == report["rows_eligible"]
+    on_a_side = report["rows_train"] + report["rows_probe"]
+    assert on_a_side + report["rows_withheld_shared_prompt"] == report["rows_eligible"]
     general = {**MATH_SPEC, "domain": "general", "filter": "no_fenced_code", "train_rows": 0}
     done = build(tmp_path / "main.parquet", tmp_path / "general", "glm_sharegpt", general)
     assert done.returncode == 0, done.stderr
@@ -242,3 +243,74 @@ def test_build_drops_unclean_text_rows_and_counts_them(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["rows_dropped_invalid_text"] == 2 and report["rows_in"] == 298
     assert not {7, 11} & set(pd.read_parquet(tmp_path / "out" / "train.parquet")["row_id"])
+
+
+def _splits(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    report = json.loads((out / "report.json").read_text())
+    return pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "probe.parquet"), report
+
+
+@pytest.mark.slow
+def test_repeated_raw_rows_are_dropped_and_never_reach_the_probe_pool(tmp_path: Path) -> None:
+    """The raw file's rows repeated once put training rows (same id and text) into the probe pool."""
+    raw = toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math")
+    table = pq.read_table(raw)
+    repeated = tmp_path / "repeated" / "Math.parquet"
+    repeated.parent.mkdir()
+    pq.write_table(pa.concat_tables([table, table]), repeated)  # every row twice: ids and texts
+    assert build(raw, tmp_path / "clean", "glm_sharegpt", MATH_SPEC).returncode == 0
+    done = build(repeated, tmp_path / "out", "glm_sharegpt", MATH_SPEC)
+    assert done.returncode == 0, done.stderr
+    assert f"{repeated}: dropped 300 rows repeating an earlier row's id and content" in done.stderr
+    train, probe, report = _splits(tmp_path / "out")
+    assert report["rows_dropped_repeated"] == 300
+    # Rows 300-599 copy 0-299; the toy's 10% damaged rows (NULs) are dropped before.
+    assert report["rows_dropped_repeated_row_ids"][:2] == [300, 301] and report["rows_in"] == 300
+    assert not set(train["source_id"]) & set(probe["source_id"])
+    assert not set(train["prompt"]) & set(probe["prompt"])
+    assert train["source_id"].is_unique and probe["source_id"].is_unique
+    assert train["row_id"].max() < 300 and probe["row_id"].max() < 300, "the first copy is kept"
+    for name in ("train.parquet", "probe.parquet"):  # the same corpus as from the file without copies
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_texts_under_other_ids_stay_on_one_side_and_are_counted(tmp_path: Path) -> None:
+    """Copies of rows under new ids (and the toy's repeated prompts) never straddle train and probe."""
+    table = pq.read_table(toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math"))
+    copies = table.slice(0, 100)
+    copies = copies.set_column(0, "id", pa.array([f"{i}-copy" for i in copies.column("id").to_pylist()]))
+    raw = tmp_path / "renamed.parquet"
+    pq.write_table(pa.concat_tables([table, copies]), raw)
+    for name, spec in (("first", MATH_SPEC), ("probe_first", {**MATH_SPEC, "train_rows": None})):
+        done = build(raw, tmp_path / name, "glm_sharegpt", spec)
+        assert done.returncode == 0, done.stderr
+        train, probe, report = _splits(tmp_path / name)
+        assert report["rows_dropped_repeated"] == 0 and len(probe) > 0 and len(train) > 0
+        assert not set(train["prompt"]) & set(probe["prompt"]), name
+        pairs = [set(zip(side["prompt"], side["answer"], strict=True)) for side in (train, probe)]
+        assert not pairs[0] & pairs[1]
+        assert not set(train["source_id"]) & set(probe["source_id"])
+        withheld = report["rows_withheld_shared_prompt"]
+        assert withheld > 0, name
+        if spec["train_rows"] is None:
+            assert report["rows_train"] + report["rows_probe"] + withheld == report["rows_eligible"]
+
+
+@pytest.mark.slow
+def test_an_id_repeated_with_other_content_is_refused_naming_file_id_and_rows(tmp_path: Path) -> None:
+    table = pq.read_table(toy_raw(tmp_path / "Math.parquet", "glm_sharegpt", "Math"))
+    ids = table.column("id").to_pylist()
+    conversations = table.column("conversations").to_pylist()
+    changed = [dict(turn) for turn in conversations[4]]
+    changed[-1]["value"] += " (a second answer)"
+    column = table.schema.get_field_index("conversations")
+    extra = table.slice(4, 1).set_column(
+        column, table.schema.field(column), pa.array([changed], table.schema.field(column).type)
+    )
+    raw = tmp_path / "conflict.parquet"
+    pq.write_table(pa.concat_tables([table, table.slice(0, 3), extra]), raw)
+    done = build(raw, tmp_path / "out", "glm_sharegpt", MATH_SPEC)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"{raw}: id {ids[4]!r} names rows with different content, row ids 4, 303" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()

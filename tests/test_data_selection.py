@@ -35,13 +35,16 @@ def spec(**overrides) -> CorpusSpec:
 
 
 def scored_frame(
-    scores: list[float], penalised: list[int] = (), answers: list[str] | None = None
+    scores: list[float],
+    penalised: list[int] = (),
+    answers: list[str] | None = None,
+    prompts: list[str] | None = None,
 ) -> pd.DataFrame:
     n = len(scores)
     frame = pd.DataFrame(
         {
             "row_id": np.arange(n, dtype=np.int64),
-            "prompt": ["pp"] * n,
+            "prompt": prompts or [f"{i:02d}" for i in range(n)],  # distinct unless given
             "answer": answers or ["aaa"] * n,  # 5 characters per row with the prompt
             "score": np.array(scores, dtype=float),
             "n_penalties": np.isin(np.arange(n), penalised).astype(np.int64),
@@ -126,3 +129,22 @@ def test_report_counts() -> None:
     assert report["penalty_counts"]["empty"] == 1 and report["rows_with_any_penalty"] == 1
     assert report["score_train"]["min"] == 5.0 and report["score_train"]["max"] == 8.0
     assert report["score_all"]["q0.5"] == 4.5 and report["score_all"]["mean"] == 4.5
+
+
+@pytest.mark.parametrize("train_rows", [4, None], ids=["training first", "probe pool first"])
+def test_a_prompt_on_one_side_keeps_its_other_rows_off_the_other(train_rows) -> None:
+    """Rows of other ids with a training row's prompt (a second answer, a copy) are never probed."""
+    prompts = ["p0", "p1", "p0", "p1", "p2", "p3", "p2", "p4", "p5", "p6"]  # rows 2, 3, 6 repeat a prompt
+    frame = scored_frame([9.0, 8.0, 1.0, 1.0, 7.0, 6.0, 1.0, 1.0, 1.0, 1.0], prompts=prompts)
+    probe_tokens = 100 if train_rows else 12  # every row not trained on / three rows first
+    selection = select(frame, spec(train_rows=train_rows, probe_tokens=probe_tokens), "toycorpus")
+    train, probe = set(frame["prompt"][selection.train]), set(frame["prompt"][selection.probe])
+    assert selection.train.any() and selection.probe.any() and not train & probe
+    assert not (selection.train | selection.probe)[selection.shared_prompt].any()
+    on_either = selection.train | selection.probe | selection.shared_prompt
+    assert on_either.all(), "every eligible row is on one side or withheld"
+    # Training first takes rows 0, 1, 4, 5, so the probe pool never p0, p1, p2; the probe pool
+    # first (seed 7) takes rows 0, 3, 6, so training never p0, p1, p2 either.
+    withheld = [2, 3, 6] if train_rows else [1, 2, 4]
+    assert np.flatnonzero(selection.shared_prompt).tolist() == withheld
+    assert build_report(frame, selection, "toycorpus")["rows_withheld_shared_prompt"] == 3

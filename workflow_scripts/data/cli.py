@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from workflow_scripts.atomic import atomic_path, write_json, write_parquet
@@ -71,7 +72,8 @@ def run_build(args: argparse.Namespace) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from workflow_scripts.chat_sources.readers import read_source
+    from workflow_scripts.chat_sources.readers import SHOWN_ROW_IDS, read_source
+    from workflow_scripts.data.duplicates import drop_repeated_rows
     from workflow_scripts.data.report import build_report
     from workflow_scripts.data.scoring import ScoringConfig, score_frame
     from workflow_scripts.data.selection import CorpusSpec, select
@@ -82,6 +84,14 @@ def run_build(args: argparse.Namespace) -> None:
     config = ScoringConfig.from_dict(args.scoring)
     source = read_source(args.raw, args.format)
     dropped = pq.ParquetFile(args.raw).metadata.num_rows - len(source)  # rows that were not clean text
+    source, copies = drop_repeated_rows(source, args.raw)
+    if len(copies):
+        shown = ", ".join(map(str, copies[:SHOWN_ROW_IDS])) + (", ..." if len(copies) > SHOWN_ROW_IDS else "")
+        print(
+            f"{args.raw}: dropped {len(copies)} rows repeating an earlier row's id and content "
+            f"(row ids {shown})",
+            file=sys.stderr,
+        )
     scored = score_frame(source, spec.domain, config)
     selection = select(scored, spec, args.corpus)
     columns = ["row_id", "source_id", "prompt", "answer", "score", *[c for c in scored if c.startswith("c_")]]
@@ -89,7 +99,8 @@ def run_build(args: argparse.Namespace) -> None:
         # Masks keep the frame's order, which is source (row_id) order.
         write_parquet(pa.Table.from_pandas(scored.loc[mask, columns], preserve_index=False), path)
     report = build_report(scored, selection, args.corpus)
-    write_json(args.report, {**report, "rows_dropped_invalid_text": dropped})
+    repeats = {"rows_dropped_repeated": len(copies), "rows_dropped_repeated_row_ids": copies.tolist()}
+    write_json(args.report, {**report, "rows_dropped_invalid_text": dropped, **repeats})
 
 
 def register(stages: argparse._SubParsersAction) -> None:

@@ -36,6 +36,8 @@ def build_report(scored: pd.DataFrame, selection: Selection, corpus: str) -> dic
         "rows_eligible": int(selection.eligible.sum()),
         "rows_train": int(selection.train.sum()),
         "rows_probe": int(selection.probe.sum()),
+        # Eligible rows on neither side, because the other side holds the same prompt text.
+        "rows_withheld_shared_prompt": int(selection.shared_prompt.sum()),
         "probe_tokens_estimated": round(float(selection.tokens[selection.probe].sum()), 3),
         "penalty_counts": {name: int(scored[f"p_{name}"].sum()) for name in PENALTIES},
         "rows_with_any_penalty": int((scored["n_penalties"] > 0).sum()),

@@ -2,7 +2,9 @@
 
 Implements the reduction of Appendix F.2 ("every row is scored once, the top
 20,000 are kept, and they are written back in source order") and the probing
-pool of F.8 (~5,000 tokens per domain, disjoint from training).
+pool of F.8 (~5,000 tokens per domain, disjoint from training). Disjoint means by
+prompt text too: a row whose prompt the other side holds (another id, a second answer
+to the same problem) is on neither side.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Selection:
     train: np.ndarray
     probe: np.ndarray
     tokens: np.ndarray  # estimated tokens per row
+    shared_prompt: np.ndarray  # eligible rows on neither side: the other side holds their prompt
 
 
 def passes_filter(answer: pd.Series, name: str) -> np.ndarray:
@@ -97,6 +100,8 @@ def select(scored: pd.DataFrame, spec: CorpusSpec, corpus: str) -> Selection:
     ``train_rows`` best by score (ties: lower ``row_id`` first); the probe pool takes eligible
     rows outside training. With ``train_rows`` null the probe pool is taken first and training
     is every other eligible row; with ``train_rows`` 0 there is no training split at all.
+    The side taken second never takes a row whose prompt (the stripped text the splits hold)
+    the first side holds: the probe pool is held out by problem, not only by row.
     """
     n_rows = len(scored)
     row_id = scored["row_id"].to_numpy(dtype=np.int64)
@@ -106,11 +111,14 @@ def select(scored: pd.DataFrame, spec: CorpusSpec, corpus: str) -> Selection:
     filtered = passes_filter(scored["answer"], spec.filter)
     eligible = filtered & (scored["n_penalties"].to_numpy() == 0)
     eligible_at = np.flatnonzero(eligible)
+    prompt = pd.factorize(scored["prompt"].astype(object))[0]  # one code per distinct prompt text
     train, probe = np.zeros(n_rows, dtype=bool), np.zeros(n_rows, dtype=bool)
+    shared = np.zeros(n_rows, dtype=bool)
 
     if spec.train_rows is None:
         probe[_take_probe(eligible_at, row_id, tokens, spec)] = True
-        train[eligible & ~probe] = True
+        shared = eligible & ~probe & np.isin(prompt, prompt[probe])
+        train[eligible & ~probe & ~shared] = True
     elif spec.train_rows == 0:
         probe[_take_probe(eligible_at, row_id, tokens, spec)] = True
     else:
@@ -122,10 +130,18 @@ def select(scored: pd.DataFrame, spec: CorpusSpec, corpus: str) -> Selection:
         # lexsort's last key is primary: score descending, then row_id ascending.
         ranked = eligible_at[np.lexsort((row_id[eligible_at], -scored["score"].to_numpy()[eligible_at]))]
         train[ranked[: spec.train_rows]] = True
-        probe[_take_probe(np.flatnonzero(eligible & ~train), row_id, tokens, spec)] = True
+        shared = eligible & ~train & np.isin(prompt, prompt[train])
+        probe[_take_probe(np.flatnonzero(eligible & ~train & ~shared), row_id, tokens, spec)] = True
 
     if not probe.any():
         raise UserInputError(f"corpus '{corpus}': no eligible row is left for the probe pool")
     if spec.train_rows != 0 and not train.any():
         raise UserInputError(f"corpus '{corpus}': no eligible row is left for training")
-    return Selection(passes_filter=filtered, eligible=eligible, train=train, probe=probe, tokens=tokens)
+    return Selection(
+        passes_filter=filtered,
+        eligible=eligible,
+        train=train,
+        probe=probe,
+        tokens=tokens,
+        shared_prompt=shared,
+    )
