@@ -154,3 +154,21 @@ def test_the_hub_out_of_reach_is_one_line(tmp_path, offline):
     assert done.returncode == 1 and len(err) == 1, done.stderr
     assert err[0].startswith("error: the Hugging Face hub could not serve the request")
     assert not (tmp_path / "m.json").exists()
+
+
+def test_a_report_input_it_does_not_read_is_named(tmp_path, capsys, monkeypatch):
+    """A mistyped ``--inputs`` path was reported as the file the figure then missed, not as itself."""
+    from tests.conftest import load_config
+
+    monkeypatch.chdir(tmp_path)
+    stray = tmp_path / "results" / "evals" / "typo.json"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("{}")
+    argv = ["report", "figure-data", "--id", "figure2", "--config", json.dumps(load_config(toy=True))]
+    argv += ["--results", "results", "--inputs", str(stray.relative_to(tmp_path)), "--data", "f.csv"]
+    status, err = run(argv, capsys)
+    assert (status, err) == (
+        2,
+        ["error: --inputs results/evals/typo.json: not a file figure2 reads under --results results"],
+    )
+    assert not (tmp_path / "f.csv").exists()

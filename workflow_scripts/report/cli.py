@@ -57,11 +57,21 @@ def run_table(args: argparse.Namespace) -> None:
 
 
 def _report_inputs(args: argparse.Namespace) -> ReportInputs:
-    """The registry slice and exactly the ``--inputs`` files, resolved under ``--results``."""
-    from workflow_scripts.report.inputs import ResultFiles
+    """The registry slice and exactly the ``--inputs`` files, resolved under ``--results``.
+
+    A listed file the output does not read is refused by name (a mistyped path would otherwise
+    surface as the file the output then misses).
+    """
+    from workflow_scripts.report.inputs import ResultFiles, declared_files
     from workflow_scripts.report.table import ReportInputs
 
-    files = ResultFiles(Path(args.results), frozenset(map(Path, args.input_files)))
+    given = frozenset(map(Path, args.input_files))
+    if foreign := sorted(given - set(declared_files(args.config, args.id, args.results))):
+        raise UserInputError(
+            f"--inputs {foreign[0]}: not a file {args.id} reads under --results {args.results}"
+            + (f" (nor {len(foreign) - 1} more)" if len(foreign) > 1 else "")
+        )
+    files = ResultFiles(Path(args.results), given)
     return ReportInputs(args.config, args.id, files)
 
 
