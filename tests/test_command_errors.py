@@ -172,3 +172,26 @@ def test_a_report_input_it_does_not_read_is_named(tmp_path, capsys, monkeypatch)
         ["error: --inputs results/evals/typo.json: not a file figure2 reads under --results results"],
     )
     assert not (tmp_path / "f.csv").exists()
+
+
+def test_a_file_as_an_environment_prefix_is_named(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    status, err = run(["envs", "venv", "data", "--prefix", str(tmp_path / "afile")], capsys)
+    assert (status, err) == (
+        2,
+        [f"error: --prefix {tmp_path / 'afile'}: a file, where the environment's folder goes"],
+    )
+
+
+def test_a_failing_subprocess_ends_in_one_line_after_its_own_messages(tmp_path, capsys):
+    """``envs venv`` with an interpreter that cannot make a venv: its messages, then one line."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'cannot do that' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    status, err = run(
+        ["envs", "venv", "data", "--prefix", str(tmp_path / "v"), "--python", str(fake)], capsys
+    )
+    assert (
+        status == 1
+        and err[-1] == f"error: {fake} -m venv {tmp_path / 'v'} exited with status 3 (its messages are above)"
+    )

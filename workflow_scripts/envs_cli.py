@@ -88,6 +88,8 @@ def run_venv(args: argparse.Namespace) -> None:
     if args.cpu:
         pins = cpu_pins(pins)
     prefix = Path(args.prefix or ROOT / ".venvs" / args.env)
+    if prefix.exists() and not prefix.is_dir():
+        raise UserInputError(f"--prefix {prefix}: a file, where the environment's folder goes")
     pip = prefix / "bin" / "pip"
     if not pip.exists():
         subprocess.run([args.python or find_python(version), "-m", "venv", str(prefix)], check=True)

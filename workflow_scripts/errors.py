@@ -10,6 +10,8 @@ argument and the way out; anything else is a defect and keeps its traceback.
 from __future__ import annotations
 
 import errno
+import shlex
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,10 @@ def expected_error(
     if isinstance(error, OSError) and error.errno in _PATH_PROBLEMS and error.filename is not None:
         status = BAD_INPUT if error.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR) else ENVIRONMENT
         return Report(f"{_named(error, paths, labels)}: {_PATH_PROBLEMS[error.errno]}", status)
+    if isinstance(error, subprocess.CalledProcessError):  # its own messages are already on stderr
+        command = error.cmd if isinstance(error.cmd, str) else shlex.join(map(str, error.cmd))
+        said = f"{command} exited with status {error.returncode} (its messages are above)"
+        return Report(said, ENVIRONMENT)
     if type(error).__module__.partition(".")[0] in _HUB_MODULES:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return Report(
