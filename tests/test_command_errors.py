@@ -195,3 +195,20 @@ def test_a_failing_subprocess_ends_in_one_line_after_its_own_messages(tmp_path, 
         status == 1
         and err[-1] == f"error: {fake} -m venv {tmp_path / 'v'} exited with status 3 (its messages are above)"
     )
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path):
+    """``plan all | head``: the reader goes away; the command stops as a shell tool does, no traceback."""
+    command = [sys.executable, "-m", "workflow_scripts", "plan", "all"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert (process.wait(timeout=120), err) == (141, "")
+
+
+def test_auditing_an_unknown_output_names_the_known_ones(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    status, err = run(["provenance", "audit", "table99"], capsys)
+    assert status == 2 and len(err) == 1
+    assert err[0].startswith("error: 'table99': no such table or figure (known: ") and "table5" in err[0]

@@ -227,6 +227,30 @@ def test_every_file_a_page_names_exists(page):
     assert named_paths_missing(page.read_text()) == []
 
 
+# Checkout paths as config files, profiles and environment files name them in comments and values.
+CHECKOUT_PATH = re.compile(
+    r"(?<![\w/.])((?:docs|envs|rules|workflow_scripts|tests|profiles|reference|benchmarks)/[\w./\-]*\w)"
+)
+CONFIGURATION = sorted(
+    [
+        ROOT / "config.yaml",
+        *ROOT.glob("profiles/*/*.yaml"),
+        *(p for p in (ROOT / "envs").rglob("*") if p.is_file()),
+    ]
+)
+
+
+@pytest.mark.parametrize("file", CONFIGURATION, ids=lambda file: str(file.relative_to(ROOT)))
+def test_every_checkout_path_a_configuration_file_names_exists(file):
+    named = set(CHECKOUT_PATH.findall(file.read_text()))
+    placeholders = {path for path in named if any(mark in path for mark in ("{", "*", "<"))}
+    built = {
+        path for path in named if path.endswith(".sif")
+    }  # the image a user builds from envs/megatron.def
+    missing = sorted(path for path in named - placeholders - built if not (ROOT / path).exists())
+    assert missing == [], f"{file.relative_to(ROOT)} names {missing}"
+
+
 def test_a_moved_file_is_found():
     text = "`workflow_scripts/evaluate/aggregate_old.py`, `routing/core.py`, `results/tables/x.md`"
     assert named_paths_missing(text) == ["workflow_scripts/evaluate/aggregate_old.py"]

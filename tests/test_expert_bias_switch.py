@@ -1,6 +1,6 @@
 """training.expert_bias_update_rate is the one switch of the expert-bias update for every non-RPB
 condition, on both backends; the claims table's frozen variants are their conditions with it at 0
-(docs/choices-expert-bias.md)."""
+(docs/choices.md, "Expert-bias update under the baselines and anchors")."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -97,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         input_digests = _verified_inputs(args) if leader else {}
         args.run(args)
+        sys.stdout.flush()  # a reader gone away (``| head``) shows here, not at the interpreter's exit
+    except BrokenPipeError:  # the reader of stdout went away (``| head``): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as error:  # the one place a command's expected failures become one line
         paths = _path_arguments(args, (*args.inputs, *args.outputs))
         report = expected_error(error, paths, args.option_labels)

@@ -56,9 +56,24 @@ def _read_manifest(results: str, output_id: str) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as error:
+        known = _known_outputs()
+        if known and output_id not in known:
+            raise UserInputError(
+                f"{output_id!r}: no such table or figure (known: {', '.join(known)})"
+            ) from None
         raise UserInputError(
             f"{path}: no readable manifest ({error}); build it first: snakemake {path}"
         ) from error
+
+
+def _known_outputs() -> list[str]:
+    """The table and figure ids of the checkout's ``config.yaml`` (none outside a checkout)."""
+    from workflow_scripts import registry
+
+    try:
+        return sorted(registry.outputs(registry.load_config(["config.yaml"])))
+    except (OSError, registry.RegistryError):
+        return []
 
 
 def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> None:
