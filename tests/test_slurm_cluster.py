@@ -24,6 +24,7 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from tests.dag import (
     with_overlay,
 )
 from tests.dag import snakemake as run_snakemake
+from workflow_scripts.train.megatron import ownership
 
 pytestmark = pytest.mark.slurm
 
@@ -390,3 +392,41 @@ def test_slurm_overhead_per_job(slurm_run, local_run):
         f"local {local_run.seconds:.0f} s ({per_local:.1f} s/job); "
         f"overhead {per_slurm - per_local:+.1f} s/job"
     )
+
+
+def _holder_job(work: Path, cluster: Cluster) -> str:
+    """A real SLURM job that takes ``work`` as a training's launch does, then runs on (an orphan)."""
+    take = f"from workflow_scripts.train.megatron.ownership import take; take({str(work)!r})"  # as a launch
+    script = f"{shlex.quote(sys.executable)} -c {shlex.quote(take)} && sleep 300"
+    job = command(
+        "sbatch", "--parsable", f"--account={cluster.account}", f"--partition={cluster.partition}",
+        "--time=10", f"--chdir={ROOT}", f"--export=ALL,PYTHONPATH={ROOT}", f"--wrap={script}",
+    ).strip().split(";")[0]  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (work / "owner.json").is_file():
+        assert time.monotonic() < deadline, f"SLURM job {job} did not take {work}"
+        time.sleep(0.5)
+    return job
+
+
+def test_a_training_never_shares_its_work_folder_with_a_live_job(cluster, tmp_path):
+    """A resubmitted training's launch refuses while an orphan holds it; once it ended, it is free."""
+    work = tmp_path / "work"
+    work.mkdir()
+    job = _holder_job(work, cluster)
+    launch = [sys.executable, "-m", "workflow_scripts", "train", "megatron-launch", "--nodes", "1"]
+    launch += ["--gpus-per-node", "1", "--", "train", "megatron", "--work", str(work)]
+    env = {**JOB_ENV, "PYTHONPATH": str(ROOT)}
+    env.pop("SLURM_JOB_ID", None)
+    try:
+        refused = subprocess.run(launch, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2, refused.stderr
+        assert f"{work} is held by SLURM job {job} on " in refused.stderr
+        assert "RUNNING" in refused.stderr and f"scancel {job}" in refused.stderr
+    finally:
+        command("scancel", job)
+    deadline = time.monotonic() + 120
+    while ownership.state(ownership.Holder(job, "", 0)):
+        assert time.monotonic() < deadline, f"SLURM job {job} did not end"
+        time.sleep(0.5)
+    ownership.take(work)  # the orphan has ended: the folder is free

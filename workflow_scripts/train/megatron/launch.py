@@ -112,7 +112,8 @@ def training_work(entry: Sequence[str]) -> str | None:
 def run_launch(args: argparse.Namespace) -> None:
     """Start the run on every node of the allocation and wait for it; a failed rank fails the job.
 
-    Before a training starts, this one process checks the checkpoint it will resume from against
+    Before a training starts, this one process takes its work folder (``ownership.take``: refused
+    while another live job holds it) and checks the checkpoint it will resume from against
     its digests (``resume.set_aside_damaged``), so that no rank reads a damaged one and no rank
     hashes hundreds of GB while the others wait.
     """
@@ -121,8 +122,10 @@ def run_launch(args: argparse.Namespace) -> None:
         raise UserInputError("nothing to launch: give the workflow_scripts command after '--'")
     work = training_work(entry)
     if work is not None:
+        from workflow_scripts.train.megatron.ownership import take
         from workflow_scripts.train.megatron.resume import set_aside_damaged
 
+        take(Path(work))  # before anything in the folder is touched: an orphan may still write there
         set_aside_damaged(Path(work))
     job_id = os.environ.get("SLURM_JOB_ID")
     head = head_node(job_id) if job_id else None

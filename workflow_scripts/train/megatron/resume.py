@@ -34,6 +34,7 @@ from workflow_scripts.atomic import write_json, write_text
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.modeling.run_key import differing_fields
 from workflow_scripts.records.sha256sums import DigestListError, mismatch, read_list
+from workflow_scripts.train.megatron.ownership import check_free
 
 TRACKER = "latest_checkpointed_iteration.txt"
 KEY_FILE = "run_key.json"
@@ -167,6 +168,7 @@ def claim(work: Path, key: str) -> bool:
     deleted (a mistyped ``--work`` must not cost another folder's files).
     """
     work, path = Path(work), Path(work) / KEY_FILE
+    check_free(work)  # an orphaned training may still write there: never discard it under it
     if work.is_dir() and not path.is_file() and any(work.iterdir()):
         raise UserInputError(
             f"{work} is not empty and holds no {KEY_FILE}: it is not a Megatron run's work folder; "
