@@ -96,20 +96,38 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 
 #: The tokenizer class each toy's ``tokenizer_config.json`` names, as its hub model's does:
-#: Moonlight's is the hub's remote-code tiktoken class, the others what transformers 5 saves.
-TOKENIZER_CLASSES = {"deepseek_v3": "TikTokenTokenizer", "deepseek_v2": "TokenizersBackend",
-                     "qwen3_moe": "TokenizersBackend"}  # fmt: skip
+#: Moonlight's remote-code tiktoken class, DeepSeek-V2-Lite's and Qwen3's own names.
+TOKENIZER_CLASSES = {"deepseek_v3": "TikTokenTokenizer", "deepseek_v2": "LlamaTokenizerFast",
+                     "qwen3_moe": "Qwen2Tokenizer"}  # fmt: skip
+#: The class transformers loads for it in the training environment (5.24), which reads a
+#: ``LlamaTokenizer`` name over a byte-level ``tokenizer.json`` as ``TokenizersBackend``: the file
+#: as it is. Earlier releases, 5.19 among them, load ``LlamaTokenizer`` itself, which rebuilds a
+#: Metaspace pipeline over the byte-level vocabulary and drops spaces and non-ASCII text.
+LOADED_CLASSES = {"deepseek_v3": "TikTokenTokenizer", "deepseek_v2": "TokenizersBackend",
+                  "qwen3_moe": "Qwen2Tokenizer"}  # fmt: skip
+#: Whether this transformers routes a ``LlamaTokenizer`` name over a byte-level file to the file.
+READS_BYTE_LEVEL_LLAMA_NAME = hasattr(transformers.TokenizersBackend, "_tokenizer_json_has_byte_level")
 
 
 def test_checkpoints_come_from_another_transformers(checkpoints):
-    """The writer is transformers 5.24; this reader is 5.19, and loads each family's tokenizer class."""
+    """The writer is transformers 5.24; this reader is 5.19; each toy names its hub's tokenizer class."""
     for architecture, path in checkpoints.items():
         written = json.loads((path / "config.json").read_text())["transformers_version"]
         assert written != transformers.__version__, f"{WRITER} is not the training environment"
         tokenizer_class = json.loads((path / "tokenizer_config.json").read_text())["tokenizer_class"]
         assert tokenizer_class == TOKENIZER_CLASSES[architecture]
-        _, tokenizer = load_local(path)
-        assert type(tokenizer).__name__ == TOKENIZER_CLASSES[architecture]
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_this_reader_loads_each_tokenizer_as_the_writer_does(checkpoints, architecture, request):
+    """Class and text round trip; DeepSeek-V2's byte-level file under its hub's name is the open case."""
+    if architecture == "deepseek_v2" and not READS_BYTE_LEVEL_LLAMA_NAME:
+        reason = f"transformers {transformers.__version__} loads the name as a Metaspace LlamaTokenizer"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    _, tokenizer = load_local(checkpoints[architecture])
+    assert type(tokenizer).__name__ == LOADED_CLASSES[architecture]
+    text = "naïve words, spaced out: 12 + 30"
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
 
 
 # ----------------------------------------------------------------------------- backend agreement

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from tests.conftest import load_config
 from workflow_scripts.chat_sources.readers import read_source
@@ -22,7 +23,8 @@ from workflow_scripts.dag_inputs import corpus_spec
 from workflow_scripts.data.scoring import ScoringConfig, score_frame
 from workflow_scripts.data.selection import CorpusSpec, select
 from workflow_scripts.evaluate.toy_benchmarks import draw_questions
-from workflow_scripts.modeling.tokenizer import train_tokenizer
+from workflow_scripts.modeling.toy import ARCHITECTURES
+from workflow_scripts.models.cli import toy_tokenizer
 from workflow_scripts.models.pretrain_corpus import synthetic_rows
 from workflow_scripts.toy_tasks import (
     FUNCTIONS,
@@ -90,11 +92,20 @@ def test_the_benchmarks_ask_held_back_and_pretrained_sub_skills() -> None:
         assert any(flags) and not all(flags), benchmark
 
 
-def test_every_token_of_a_held_back_answer_is_pretrained() -> None:
+#: DeepSeek-V2's split keeps " min" whole, and the toy's 1,024 BPE tokens leave it " m" + "in":
+#: " m" is seen 7 times in the pretraining texts. An open finding of the hub-shaped tokenizer.
+RARE_TOKEN = pytest.mark.xfail(strict=True, reason="the toy DeepSeek-V2 tokenizes min( as a rare ' m'")
+
+
+@pytest.mark.parametrize(
+    "architecture", [pytest.param(a, marks=RARE_TOKEN) if a == "deepseek_v2" else a for a in ARCHITECTURES]
+)
+def test_every_token_of_a_held_back_answer_is_pretrained(architecture, tmp_path) -> None:
     """What post-training teaches is the skill: no held-back answer leans on an untrained embedding."""
     rows = _pretraining_rows()
     texts = [*rows["prompt"], *rows["answer"]]
-    tokenizer = train_tokenizer(texts, load_config(toy=True)["toy_base"]["vocab_size"])  # as toy-base does
+    vocab_size = load_config(toy=True)["toy_base"]["vocab_size"]
+    tokenizer, _ = toy_tokenizer(architecture, texts, vocab_size, tmp_path)  # as toy-base does
     seen = Counter(
         token for text in texts for token in tokenizer(text, add_special_tokens=False)["input_ids"]
     )

@@ -2,11 +2,15 @@
 
 A stand-in for Moonlight's tokenizer keeps the real numbers (ids are all these checks read); the
 toy Moonlight's remote-code tokenizer, two ids longer than its model, passes the same check, and
-Bridge's own start-up check (the Megatron environment) keeps the base's rows.
+Bridge's own start-up check (the Megatron environment) keeps the base's rows. DeepSeek-V2-Lite's
+and Qwen3's tokenizers are shorter than their models, with named tokens above the BPE: stand-ins
+with their real numbers here, their toys' tokenizers in ``test_deepseek_v2_tokenizer`` and
+``test_qwen3_tokenizer``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -46,6 +50,34 @@ class Tokenizer:
 
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
         return [self.added.get(i, f"<|reserved_token_{i}|>") for i in ids]
+
+
+#: Tokenizers shorter than their models: (model rows, ``len(tokenizer)``, named tokens by id).
+#: DeepSeek-V2-Lite: 100,000 BPE tokens, bos and eos above; Qwen3-30B-A3B: 151,643, then 26 added.
+SHORTER = {
+    "deepseek_v2_lite": (
+        102_400,
+        100_002,
+        {100_000: "<｜begin▁of▁sentence｜>", 100_001: "<｜end▁of▁sentence｜>"},
+    ),
+    "qwen3_30b": (
+        151_936,
+        151_669,
+        {151_643: "<|endoftext|>", 151_644: "<|im_start|>", 151_645: "<|im_end|>", 151_668: "</think>"},
+    ),
+}
+
+
+@pytest.mark.parametrize("model", SHORTER)
+def test_a_tokenizer_shorter_than_its_model_is_accepted_and_refused_on_fewer_rows(model, tmp_path):
+    rows, size, named = SHORTER[model]
+    tokenizer = Tokenizer(size=size, added=dict(named))
+    assert check_vocabulary(tokenizer, {"vocab_size": rows}, tmp_path) == rows
+    assert check_vocabulary(tokenizer, {"vocab_size": size}, tmp_path) == size
+    last = max(named)
+    with pytest.raises(UserInputError, match=f"{last}: '{re.escape(named[last])}'"):
+        check_vocabulary(tokenizer, {"vocab_size": last}, tmp_path)
+    check_row(0, [0, last], rows)
 
 
 def test_moonlights_two_reserved_ids_past_its_rows_are_accepted(tmp_path):

@@ -1,11 +1,11 @@
 """Byte-level BPE tokenizer for the toy models, trained offline on local text, and Q/A span labels.
 
-``train_tokenizer`` wraps a ``tokenizers`` BPE as a ``PreTrainedTokenizerFast`` with a chat
-template, so toy checkpoints load like the paper's models; message content is delimited by
-special tokens only, which makes ``answer_span_mask``'s labels exact: ``0`` (Q), ``1`` (A),
-``-1`` (no span), the convention of ``workflow_scripts.routing``. The span labels and the
-template analysis also take a Python-backend tokenizer, which has no offsets (Moonlight's remote
-code, ``modeling.moonlight``). torch and transformers are imported inside functions, so importing
+``train_tokenizer`` wraps a ``tokenizers`` BPE as a ``PreTrainedTokenizerFast`` with a generic
+chat template (the toy bases ship their hubs' kinds instead: ``modeling.moonlight``,
+``modeling.deepseek_v2``, ``modeling.qwen3``); message content is delimited by special tokens
+only, which makes ``answer_span_mask``'s labels exact: ``0`` (Q), ``1`` (A), ``-1`` (no span),
+the convention of ``workflow_scripts.routing``. The span labels and the template analysis take
+any of them, also a Python-backend tokenizer, which has no offsets (Moonlight's remote code). torch and transformers are imported inside functions, so importing
 this module is cheap.
 """
 

@@ -293,12 +293,17 @@ def moe_layer_indices(model: nn.Module) -> list[int]:
 def save_toy_base(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike[str]
 ) -> Path:
-    """Write ``model`` and ``tokenizer`` with ``save_pretrained`` into ``out_dir``, atomically.
+    """Write ``model`` and ``tokenizer`` into ``out_dir``, atomically.
 
-    Both are written into a temporary sibling directory, config.json gets the legacy
-    keys of ``legacy_vllm_keys`` (when the config carries them), and the directory is
-    renamed onto ``out_dir``. An existing ``out_dir`` is first moved aside and deleted
-    after the rename, so readers see the old or the new checkpoint, never a partial one.
+    The model is written with ``save_pretrained``; config.json gets the legacy keys of
+    ``legacy_vllm_keys`` (when the config carries them). A tokenizer loaded from a folder is
+    written as that folder's files (``tokenizer_files``): a checkpoint ships its base's tokenizer
+    as the hub ships it, where transformers' re-save would not (DeepSeek-V2-Lite's
+    ``LlamaTokenizerFast`` would become ``TokenizersBackend``, Qwen3's ``vocab.json`` and
+    ``merges.txt`` would go); any other tokenizer with ``save_pretrained``. Both are written
+    into a temporary sibling directory, which is renamed onto ``out_dir``. An existing
+    ``out_dir`` is first moved aside and deleted after the rename, so readers see the old or
+    the new checkpoint, never a partial one.
     """
     target = Path(out_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -306,7 +311,13 @@ def save_toy_base(
     old: Path | None = None
     try:
         model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        source = Path(getattr(tokenizer, "name_or_path", "") or "")
+        files = tokenizer_files(source) if (source / "tokenizer_config.json").is_file() else []
+        if files:
+            for file in files:
+                shutil.copyfile(file, tmp / file.name)
+        else:
+            tokenizer.save_pretrained(tmp)
         _write_legacy_keys(tmp / "config.json", model.config)
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
@@ -317,6 +328,27 @@ def save_toy_base(
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+#: Files a checkpoint's model owns: ``save_pretrained`` writes them, a tokenizer never does.
+MODEL_FILES = ("config.json", "generation_config.json")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+
+
+def tokenizer_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The tokenizer's files of a tokenizer or checkpoint folder: every top-level file but the model's.
+
+    No fixed list names them (Moonlight's remote code and rank file, Qwen3's ``vocab.json`` and
+    ``merges.txt``, a ``chat_template.jinja``); hidden files are left out.
+    """
+    return sorted(
+        path
+        for path in Path(folder).iterdir()
+        if path.is_file()
+        and not path.name.startswith(".")
+        and path.name not in MODEL_FILES
+        and not path.name.endswith(WEIGHT_SUFFIXES)
+    )
 
 
 def load_local(

@@ -60,24 +60,32 @@ def run_toy_base(args: argparse.Namespace) -> None:
 
 
 def toy_tokenizer(architecture: str, texts: list[str], vocab_size: int, folder: Path) -> tuple[Any, int]:
-    """The toy's tokenizer and its model's ``vocab_size``: Moonlight's kind for its architecture.
+    """The toy's tokenizer, its hub model's kind, and its model's ``vocab_size``.
 
-    The toy Moonlight (``deepseek_v3``) gets Moonlight's remote-code tokenizer as its hub ships
-    it (``modeling.moonlight``: Python backend, 256 + 2 special ids above ``vocab_size`` BPE
-    tokens, two more than the model's embedding), built in ``folder``; the other architectures
-    the byte-level BPE of ``modeling.tokenizer``, ``vocab_size`` tokens with their 6 special
-    ones. Either way the toys' texts take about as many tokens, which the toy's sequence
-    length and generation budget are sized for.
+    Each toy ships its family's tokenizer files as its hub does, written into ``folder`` over a
+    BPE of ``vocab_size`` tokens learned from ``texts`` and loaded from there: Moonlight's
+    remote-code tiktoken tokenizer (``deepseek_v3``: 256 + 2 special ids above the ranks, two
+    more than the model's rows), DeepSeek-V2-Lite's ``LlamaTokenizerFast`` files (``deepseek_v2``:
+    bos and eos above the BPE) and Qwen3's ``Qwen2Tokenizer`` files (``qwen3_moe``: 26 added
+    tokens above it); the model has more rows than the latter two have tokens, as theirs do.
+    Either way the toys' texts take about as many tokens, which the toy's sequence length and
+    generation budget are sized for.
     """
     if architecture == "deepseek_v3":
-        from workflow_scripts.modeling.moonlight import model_vocab_size, moonlight_tokenizer
+        from workflow_scripts.modeling import moonlight as family
 
-        tokenizer = moonlight_tokenizer(texts, vocab_size, folder)
-        return tokenizer, model_vocab_size(tokenizer)
-    from workflow_scripts.modeling.tokenizer import train_tokenizer
+        tokenizer = family.moonlight_tokenizer(texts, vocab_size, folder)
+    elif architecture == "deepseek_v2":
+        from workflow_scripts.modeling import deepseek_v2 as family
 
-    tokenizer = train_tokenizer(texts, vocab_size)
-    return tokenizer, len(tokenizer)
+        tokenizer = family.deepseek_v2_tokenizer(texts, vocab_size, folder)
+    elif architecture == "qwen3_moe":
+        from workflow_scripts.modeling import qwen3 as family
+
+        tokenizer = family.qwen3_tokenizer(texts, vocab_size, folder)
+    else:
+        raise UserInputError(f"no toy tokenizer for architecture {architecture!r}")
+    return tokenizer, family.model_vocab_size(tokenizer)
 
 
 def _build_toy_base(args: argparse.Namespace, folder: Path) -> None:
