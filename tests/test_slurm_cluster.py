@@ -400,7 +400,8 @@ def _holder_job(work: Path, cluster: Cluster) -> str:
     script = f"{shlex.quote(sys.executable)} -c {shlex.quote(take)} && sleep 300"
     job = command(
         "sbatch", "--parsable", f"--account={cluster.account}", f"--partition={cluster.partition}",
-        "--time=10", f"--chdir={ROOT}", f"--export=ALL,PYTHONPATH={ROOT}", f"--wrap={script}",
+        "--time=10", f"--chdir={ROOT}", f"--output={work.parent / 'holder.out'}",
+        f"--export=ALL,PYTHONPATH={ROOT}", f"--wrap={script}",
     ).strip().split(";")[0]  # fmt: skip
     deadline = time.monotonic() + 120
     while not (work / "owner.json").is_file():
