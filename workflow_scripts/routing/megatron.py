@@ -33,6 +33,7 @@ from workflow_scripts.routing.core import (
 )
 
 __all__ = [
+    "MEGATRON_BALANCING_LOSSES",
     "MODES",
     "aux_loss_correction",
     "MegatronRoutingContext",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 MODES = (None, "soft", "hard")
+#: The names Megatron-Core's own load-balancing losses are attached under (``aux_loss``,
+#: ``seq_aux_loss``, ``global_aux_loss``), whose token count ``PriorBiasedRouter`` corrects.
+MEGATRON_BALANCING_LOSSES = ("load_balancing_loss", "seq_load_balancing_loss", "global_load_balancing_loss")
 
 
 def aux_loss_correction(answer_tokens: float, micro_batches: int, router_tokens: int) -> float:
@@ -59,7 +63,8 @@ def aux_loss_correction(answer_tokens: float, micro_batches: int, router_tokens:
     logs are unchanged, and so is the model config Bridge saves with each checkpoint.
 
     Megatron attaches ``loss * N`` (``N = router_tokens``: the non-padding tokens the rank
-    routes times the tensor-parallel size, ``step.routed_tokens``) and later divides by
+    routes times the tensor-parallel size, ``step.routed_tokens``; for its load-balancing
+    losses only once ``PriorBiasedRouter`` corrects their count) and later divides by
     ``T = answer_tokens``, the loss-mask count of the global batch summed over data-parallel
     ranks. ``T / (M * N)`` turns ``N / T`` into the local backend's ``1 / M``, ``M =
     micro_batches`` the micro-batches of the global batch. A rank routing only padding
@@ -204,14 +209,25 @@ class PriorBiasedRouter(TopKRouter):
     and the tensor-parallel all-reduce of the router's gradient (the weight is marked
     ``sequence_parallel``) sums the ranks' parts into the gradient of the mean.
     Load balancing and z-loss stay Megatron's own (``moe_router_load_balancing_type``,
-    ``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder).
+    ``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder),
+    except for the token count Megatron's load-balancing losses are attached with under
+    per-token loss (``attach_and_log_load_balancing_loss``).
     Router-L2 acts on the optimizer's fp32 main parameters (``RouterAnchor``).
     """
 
     rpb_context: MegatronRoutingContext
     rpb_layer: int
+    #: Non-padding tokens of the ``routing()`` call in progress (None outside one, or unmasked).
+    _rpb_valid_tokens: Tensor | None = None
 
     def routing(self, logits: Tensor, padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        self._rpb_valid_tokens = None if padding_mask is None else (~padding_mask.bool()).sum()
+        try:
+            return self._routing(logits, padding_mask)
+        finally:
+            self._rpb_valid_tokens = None
+
+    def _routing(self, logits: Tensor, padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
         context = self.rpb_context
         if not context.active:
             return super().routing(logits, padding_mask)
@@ -229,11 +245,39 @@ class PriorBiasedRouter(TopKRouter):
         return self._attach_prior_losses(probs, z, context, padding_mask), routing_map
 
     def attach_and_log_load_balancing_loss(
-        self, activation: Tensor, aux_loss_coeff: float, aux_loss: Tensor, *args, **kwargs
+        self,
+        activation: Tensor,
+        aux_loss_coeff: float,
+        aux_loss: Tensor,
+        aux_loss_name: str,
+        reduce_group: dist.ProcessGroup,
+        *args,
+        valid_token_count: int | Tensor | None = None,
+        **kwargs,
     ) -> Tensor:
-        """Megatron's attachment, the loss's gradient scaled by ``aux_loss_scale`` (its logged value not)."""
+        """Megatron's attachment, the loss's gradient scaled by ``aux_loss_scale`` (its logged value not).
+
+        Under per-token loss Megatron attaches ``loss * valid_token_count * TP``, meaning the
+        rank's own non-padding tokens. With a padding mask, Megatron-Core 0.19.2's load-balancing
+        losses pass the whole reduction group's count instead: its
+        ``get_tokens_per_expert_and_token_count`` (``moe_utils``) all-reduces the local
+        tokens-per-expert tensor in place, then sums it as the local count, which under sequence
+        parallelism multiplies their gradient by the tensor-parallel size (docs/training.md).
+        Those losses get the rank's own count here.
+        """
+        if aux_loss_name in MEGATRON_BALANCING_LOSSES and self._rpb_valid_tokens is not None:
+            valid_token_count = self._rpb_valid_tokens
         scaled = _ScaleGradient.apply(aux_loss, self.rpb_context.aux_loss_scale)
-        return super().attach_and_log_load_balancing_loss(activation, aux_loss_coeff, scaled, *args, **kwargs)
+        return super().attach_and_log_load_balancing_loss(
+            activation,
+            aux_loss_coeff,
+            scaled,
+            aux_loss_name,
+            reduce_group,
+            *args,
+            valid_token_count=valid_token_count,
+            **kwargs,
+        )
 
     def apply_z_loss(self, logits: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """Megatron's z-loss with its gradient scaled by ``aux_loss_scale``, the logits' own gradient not.
