@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import load_config
-from workflow_scripts.evaluate import grading, math_equivalence
+from tests.conftest import ROOT, load_config
+from tests.test_evaluate_livebench import CODING_ANSWERS
+from tests.test_evaluate_sandbox import UNPRIVILEGED_UID, unprivileged_prefix
+from workflow_scripts.evaluate import grading, math_equivalence, sandbox
+from workflow_scripts.evaluate.extraction import extract_code
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.grading import (
     check_coverage,
     check_generations,
     grade,
-    humaneval_program,
-    mbpp_program,
+    humaneval_tests,
+    livebench_question,
+    mbpp_tests,
     summarize,
 )
 from workflow_scripts.evaluate.items import normalise
+from workflow_scripts.evaluate.livebench.coding_tasks import coding_check
+from workflow_scripts.evaluate.livebench.testcases import function_name
 from workflow_scripts.evaluate.sandbox import Limits
 
 LIMITS = Limits(timeout_s=5.0, memory_mb=1024)
@@ -122,14 +134,22 @@ def test_a_generation_without_an_item_is_named(items):
         grade(items, generations, LIMITS, 2, 10.0)
 
 
-def test_code_programs_run_the_benchmarks_own_tests(items):
+def test_code_checks_run_the_benchmarks_own_tests_in_the_grader(items):
     humaneval = items[items["benchmark"] == "humaneval"].iloc[0]
     meta = json.loads(humaneval["metadata"])
-    body_only = humaneval_program(humaneval, meta["canonical_solution"])
-    assert body_only.startswith(meta["prompt"]) and f"check({meta['entry_point']})" in body_only
-    mbpp = items[items["benchmark"] == "mbpp"].iloc[0]
-    program = mbpp_program(mbpp, "def f(): pass")
-    assert all(test in program for test in json.loads(mbpp["metadata"])["test_list"])
+    body_only = humaneval_tests(humaneval, meta["canonical_solution"])
+    assert body_only.solution == meta["prompt"] + meta["canonical_solution"]
+    assert meta["prompt"] in body_only.definitions and meta["test"] in body_only.definitions
+    assert (body_only.body, body_only.remote) == (f"check({meta['entry_point']})\n", (meta["entry_point"],))
+    whole = f"def {meta['entry_point']}(x):\n    return x\n"
+    assert humaneval_tests(humaneval, whole).solution == whole
+    mbpp_items = items[items["benchmark"] == "mbpp"]
+    mbpp = next(item for _, item in mbpp_items.iterrows() if json.loads(item["metadata"])["test_setup_code"])
+    mbpp_meta = json.loads(mbpp["metadata"])
+    check = mbpp_tests(mbpp, "def f(): pass")
+    assert check.solution.startswith(mbpp_meta["test_setup_code"]) and "def f(): pass" in check.solution
+    assert all(test in check.body for test in mbpp_meta["test_list"])
+    assert not any(test in check.solution for test in mbpp_meta["test_list"])
 
 
 def _livebench_scores(tasks: list[str], scores: list[float], repeat: int = 0) -> pd.DataFrame:
@@ -246,7 +266,7 @@ POISONED = {
     "gsm8k": (grading, "extract_math_answer"),
     "math500": (math_equivalence, "decide"),
     "mmlu_pro": (grading, "extract_choice"),
-    "mbpp": (grading.PROGRAMS, "mbpp"),
+    "mbpp": (grading.TESTS, "mbpp"),
 }
 
 
@@ -290,3 +310,285 @@ def test_generations_need_the_graded_columns_and_text_responses(items):
     generations.loc[[1, 2], "response"] = 7
     with pytest.raises(ValueError, match="column 'response' has 2 values that are not strings"):
         check_generations(generations)
+
+
+# HumanEval and MBPP items whose tests lean on the prompt's helpers, the setup code's classes, a
+# class the solution defines, and on results of every plain kind (floats, nan, tuples, nested
+# lists, None); each with its reference solution and a wrong one.
+ROOT_PROMPT = '''import math
+
+
+def poly(xs: list, x: float) -> float:
+    """The polynomial with coefficients xs (constant first) at x."""
+    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
+
+
+def find_root(xs: list) -> float:
+    """A real root of the odd-degree polynomial poly(xs, .), to 1e-6."""
+'''
+ROOT_TEST = """
+
+def check(candidate):
+    import copy
+    import random
+    rng = random.Random(7)
+    for _ in range(30):
+        xs = [rng.choice([-3, -2, -1, 1, 2, 3]) for _ in range(2 * rng.randint(1, 3))]
+        root = candidate(copy.deepcopy(xs))
+        assert math.fabs(poly(xs, root)) < 1e-4
+"""
+ROOT_SOLUTION = """    low, high = -1.0, 1.0
+    while poly(xs, low) * poly(xs, high) > 0:
+        low, high = 2 * low, 2 * high
+    while high - low > 1e-10:
+        middle = (low + high) / 2
+        if poly(xs, middle) * poly(xs, low) > 0:
+            low = middle
+        else:
+            high = middle
+    return low
+"""
+SWAP_PROMPT = '''
+
+def encode_swap(s: str) -> str:
+    """Swap each pair of neighbouring characters."""
+    pairs = [s[i:i + 2] for i in range(0, len(s), 2)]
+    return "".join(p[::-1] for p in pairs)
+
+
+def decode_swap(s: str) -> str:
+    """The inverse of encode_swap."""
+'''
+SWAP_TEST = """
+
+def check(candidate):
+    for text in ["", "a", "abcd", "hello world"]:
+        assert candidate(encode_swap(text)) == text
+"""
+STATS_PROMPT = '''from typing import List, Optional, Tuple
+
+
+def stats(xs: List[float]) -> Tuple[Optional[float], List[List[float]], float]:
+    """(the mean or None for no values, [[x, x * x] for each x], the mean of the logs; nan if any x <= 0)."""
+'''
+STATS_TEST = """
+
+def check(candidate):
+    import math
+    mean, squares, logs = candidate([1.0, 2.0, 4.0])
+    assert math.isclose(mean, 7 / 3) and squares == [[1.0, 1.0], [2.0, 4.0], [4.0, 16.0]]
+    assert math.isclose(logs, math.log(8) / 3)
+    assert candidate([]) == (None, [], 0.0)
+    assert math.isnan(candidate([1.0, -1.0])[2])
+"""
+STATS_SOLUTION = """    import math
+    print("computing stats of", xs)
+    mean = sum(xs) / len(xs) if xs else None
+    logs = float("nan") if any(x <= 0 for x in xs) else sum(math.log(x) for x in xs) / max(len(xs), 1)
+    return mean, [[x, x * x] for x in xs], logs
+"""
+TREE_SETUP = """class Node:
+    def __init__(self, value, children=()):
+        self.value = value
+        self.children = list(children)
+
+root = Node(1, [Node(2, [Node(4)]), Node(3)])
+leaf = Node(5)"""
+TREE_SOLUTION = """def height(node):
+    return 1 + max((height(child) for child in node.children), default=0)"""
+CHAIN_SOLUTION = """class Pair:
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+def longest_chain(pairs):
+    pairs = sorted(pairs, key=lambda p: p.second)
+    count, end = 0, float("-inf")
+    for p in pairs:
+        if p.first > end:
+            count, end = count + 1, p.second
+    return count"""
+HELPER_ITEMS = {
+    "humaneval": [
+        {"task_id": "HumanEval/root", "prompt": ROOT_PROMPT, "canonical_solution": ROOT_SOLUTION,
+         "test": ROOT_TEST, "entry_point": "find_root"},
+        {"task_id": "HumanEval/swap", "prompt": SWAP_PROMPT, "test": SWAP_TEST, "entry_point": "decode_swap",
+         "canonical_solution": "    return encode_swap(s)\n"},
+        {"task_id": "HumanEval/stats", "prompt": STATS_PROMPT, "canonical_solution": STATS_SOLUTION,
+         "test": STATS_TEST, "entry_point": "stats"},
+    ],
+    "mbpp": [
+        {"task_id": 901, "text": "Height of a tree.", "code": TREE_SOLUTION, "test_setup_code": TREE_SETUP,
+         "test_list": ["assert height(root) == 3", "assert height(leaf) == 1"], "challenge_test_list": []},
+        {"task_id": 902, "text": "Longest chain of pairs.", "code": CHAIN_SOLUTION, "test_setup_code": "",
+         "test_list": ["assert longest_chain([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)]) == 3",
+                       "assert longest_chain([Pair(1, 2), Pair(3, 4)]) == 2"], "challenge_test_list": []},
+    ],
+}  # fmt: skip
+HELPER_WRONG = {
+    "HumanEval/root": "    return 0.5\n",
+    "HumanEval/swap": "    return s\n",
+    "HumanEval/stats": "    return 7 / 3, [[1.0, 1.0], [2.0, 4.0], [4.0, 16.0]], 0.0\n",
+    "901": TREE_SOLUTION.replace("1 + max", "2 + max"),
+    "902": CHAIN_SOLUTION.replace("return count", "return len(pairs)"),
+}
+
+
+@pytest.fixture(scope="module")
+def helper_items() -> pd.DataFrame:
+    specs = load_config(toy=True)["benchmarks"]
+    frames = [normalise(name, pd.DataFrame(rows), specs[name], 42) for name, rows in HELPER_ITEMS.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_tests_using_prompt_helpers_setup_classes_and_every_kind_of_result(helper_items):
+    """Reference solutions score 1, also as a bare body (HumanEval) and printing; wrong ones 0."""
+
+    def respond(item, repeat):
+        meta = json.loads(item["metadata"])
+        if item["grader"] == "mbpp":
+            return _fence(meta["code"] if repeat == 0 else HELPER_WRONG[str(meta["task_id"])])
+        if repeat == 0:
+            return _fence(meta["prompt"] + meta["canonical_solution"])
+        return _fence(HELPER_WRONG[item["item_id"]])  # a body only: the prompt completes it
+
+    scores = grade(helper_items, _generations(helper_items, respond), LIMITS, workers=2, math_timeout_s=10.0)
+    right, wrong = (scores[scores["repeat"] == repeat] for repeat in (0, 1))
+    assert right["score"].eq(1.0).all(), right.to_string()
+    assert wrong["score"].eq(0.0).all(), wrong.to_string()
+
+
+FORGED = Path(__file__).parent / "hostile" / "forged"
+FORGED_NAMES = sorted(path.stem for path in FORGED.glob("*.py"))
+
+
+def _forged_humaneval_mbpp(source: str, item: pd.Series) -> str:
+    """``source`` with every function the item's tests call defined as its ``forged``."""
+    meta = json.loads(item["metadata"])
+    names = (
+        [meta["entry_point"]] if item["grader"] == "humaneval" else re.findall(r"def (\w+)\(", meta["code"])
+    )
+    return source + "".join(
+        f"\n\ndef {name}(*args, **kwargs):\n    return forged(*args, **kwargs)\n" for name in names
+    )
+
+
+def _forged_livebench(source: str, item: pd.Series) -> str:
+    """``source`` printing ``forged()`` (a stdin question) or with a ``Solution`` whose method is it."""
+    name = function_name(json.loads(item["metadata"]))
+    if name is None:
+        return f"{source}\nprint(forged())\n"
+    return f"{source}\n\nclass Solution:\n    def {name}(self, *args):\n        return forged(*args)\n"
+
+
+def _honest(item: pd.Series) -> str:
+    """A ``forged`` that answers right (through the reference or the fixture's correct answer)."""
+    meta = json.loads(item["metadata"])
+    if item["grader"] == "humaneval":
+        code, name = meta["prompt"] + meta["canonical_solution"], meta["entry_point"]
+    elif item["grader"] == "mbpp":
+        code, name = meta["code"], re.findall(r"def (\w+)\(", meta["code"])[0]
+    else:
+        answer = CODING_ANSWERS[meta["question_title"]][0].split("```python\n")[1].split("\n```")[0]
+        name = function_name(meta)
+        if name is None:  # the program itself, then forged() prints an empty line, which is stripped
+            return f"{answer}\n\ndef forged():\n    return ''\n"
+        code = f"{meta['partial_solution']}\n{answer}" if not answer.startswith("class") else answer
+        return f"{code}\n_reference = Solution().{name}\n\ndef forged(*args):\n    return _reference(*args)\n"
+    delegate = "def forged(*args, **kwargs):\n    return _reference(*args, **kwargs)\n"
+    return f"{code}\n_reference = {name}\n\n{delegate}"
+
+
+@pytest.fixture(scope="module")
+def code_items(items) -> pd.DataFrame:
+    specs = load_config(toy=True)["benchmarks"]
+    coding = normalise("livebench_coding", read_fixture("livebench_coding"), specs["livebench_coding"], 42)
+    return pd.concat([items[items["benchmark"].isin(["humaneval", "mbpp"])], coding], ignore_index=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["honest", *FORGED_NAMES])
+def test_a_forged_pass_scores_zero(code_items, name):
+    """Each program of tests/hostile/forged/ as the answer to every HumanEval, MBPP and LiveBench
+    coding item (stdin and functional), through the glue that names its ``forged`` as the tested
+    function: none scores. The glue around an honest ``forged`` scores 1 everywhere."""
+    marker = Path("/tmp/rpb-forged-pickle-ran")  # what forged_replies.py would create in the grader
+    marker.unlink(missing_ok=True)
+
+    def respond(item, repeat):
+        source = _honest(item) if name == "honest" else (FORGED / f"{name}.py").read_text()
+        glue = _forged_livebench if item["grader"] == "livebench" else _forged_humaneval_mbpp
+        return _fence(glue(source, item))
+
+    generations = _generations(code_items, respond)
+    scores = grade(
+        code_items, generations[generations["repeat"] == 0], LIMITS, workers=2, math_timeout_s=10.0
+    )
+    assert scores["score"].eq(1.0 if name == "honest" else 0.0).all(), scores.to_string()
+    assert set(scores["benchmark"]) == {"humaneval", "mbpp", "livebench_coding"}
+    assert not marker.exists()
+
+
+def test_the_forged_corpus_says_what_each_attempts():
+    assert len(FORGED_NAMES) >= 15
+    for path in FORGED.glob("*.py"):
+        text = path.read_text()
+        assert text.startswith('"""') and "def forged(" in text, path
+
+
+# Run as UNPRIVILEGED_UID: the checks of each response (user namespaces); JSON in, JSON out.
+USER_DRIVER = """\
+import functools, json, sys
+sys.path.insert(0, sys.argv[1])
+from workflow_scripts.evaluate import calls, sandbox
+from workflow_scripts.evaluate.livebench.coding_tasks import CodingCheck, passed_all, run_check
+isolation = sandbox.detect_isolation()
+if isolation is not sandbox.Isolation.USER_NAMESPACES:
+    json.dump({"skip": isolation.value}, sys.stdout)
+    sys.exit()
+request = json.load(sys.stdin)
+limits = sandbox.Limits(**request["limits"])
+programs = [calls.TestProgram(p["solution"], p["definitions"], p["body"], tuple(p["remote"]))
+            for p in request["programs"]]
+checks = [CodingCheck(c["code"], c["fn_name"], tuple(c["inputs"]), tuple(c["outputs"]), c["timeout_s"])
+          for c in request["checks"]]
+passed = calls.check_all(programs, limits, 2)
+talks = [functools.partial(run_check, check) for check in checks]
+verdicts = calls.converse_all(talks, limits, 2, call_timeout_s=limits.timeout_s)
+json.dump(passed + [passed_all(c, v) for c, v in zip(checks, verdicts)], sys.stdout)
+"""
+
+
+@pytest.mark.slow
+def test_forged_passes_score_zero_for_an_ordinary_user(code_items, tmp_path):
+    """The forged corpus again, graded by an unprivileged user (the sandbox in user namespaces).
+
+    Runs where the tests run as root; as any other user the test above is this one already.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the forged-pass test above runs as this (ordinary) user already")
+    programs, checks = [], []
+    expected: dict[str, list[bool]] = {"programs": [], "checks": []}
+    for name in ["honest", *FORGED_NAMES]:
+        for _, item in code_items.iterrows():
+            source = _honest(item) if name == "honest" else (FORGED / f"{name}.py").read_text()
+            if item["grader"] == "livebench":
+                response = _fence(_forged_livebench(source, item))
+                checks.append(
+                    dataclasses.asdict(coding_check(livebench_question(item), response, LIMITS.timeout_s))
+                )
+                expected["checks"].append(name == "honest")
+            else:
+                code = extract_code(_fence(_forged_humaneval_mbpp(source, item)))
+                programs.append(dataclasses.asdict(grading.TESTS[item["grader"]](item, code)))
+                expected["programs"].append(name == "honest")
+    done = subprocess.run(
+        [*unprivileged_prefix(UNPRIVILEGED_UID, tmp_path), sys.executable, "-c", USER_DRIVER, str(ROOT)],
+        input=json.dumps({"programs": programs, "checks": checks, "limits": dataclasses.asdict(LIMITS)}),
+        capture_output=True, text=True, cwd="/", timeout=600,
+        env={"PATH": sandbox.PATH, "HOME": "/nonexistent", "LANG": "C.UTF-8"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    if isinstance(result, dict):
+        pytest.skip(f"as uid {UNPRIVILEGED_UID} the sandbox detects {result['skip']}")
+    assert result == expected["programs"] + expected["checks"]

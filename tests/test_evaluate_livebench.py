@@ -8,6 +8,7 @@ change of behaviour shows up here.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import pickle
@@ -19,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from workflow_scripts.evaluate.calls import converse_all
 from workflow_scripts.evaluate.fixtures import read_fixture
 from workflow_scripts.evaluate.livebench import coding_tasks, lcb_harness, math_tasks, reasoning_tasks
 from workflow_scripts.evaluate.livebench.math_tasks import EquivalenceQuery
@@ -440,19 +442,50 @@ def test_lcb_output_comparison(produced: str, expected: str, match: bool) -> Non
     assert lcb_harness.outputs_match(produced, expected) is match
 
 
-def test_lcb_stdin_protocol_in_process() -> None:
+def run_lcb(
+    code: str, inputs: list[str], outputs: list[str], fn_name: str | None = None
+) -> tuple[int, str | None]:
+    """LiveCodeBench's verdict on ``code``: the answer in the sandbox, the comparisons here."""
+    check = coding_tasks.CodingCheck(code, fn_name, tuple(inputs), tuple(outputs), 2.0)
+    talk = functools.partial(coding_tasks.run_check, check)
+    return converse_all([talk], Limits(timeout_s=10.0), 1, call_timeout_s=check.timeout_s)[0]
+
+
+def test_lcb_stdin_protocol() -> None:
     """The prelude supplies forgotten imports; a main guard is unwrapped; the program text is wrapped."""
     code = (
         "def main():\n    n = int(input())\n    print(gcd(n, 6))\n\nif __name__ == '__main__':\n    main()\n"
     )
-    assert lcb_harness.run_stdin_tests(code, ["4\n", "9\n"], ["2\n", "3\n"], 5.0) == (2, None)
-    passed, failure = lcb_harness.run_stdin_tests("print(int(input()) + 1)", ["1\n"], ["3\n"], 5.0)
+    assert run_lcb(code, ["4\n", "9\n"], ["2\n", "3\n"]) == (2, None)
+    passed, failure = run_lcb("print(int(input()) + 1)", ["1\n"], ["3\n"])
     assert passed == 0 and failure.startswith("wrong answer on test 0")
     # A hoisted "from sys import stdin" gets LiveCodeBench's patched readline/read, not iteration.
     hoisted = "from sys import stdin\nprint(int(stdin.readline()) * 2)"
-    assert lcb_harness.run_stdin_tests(hoisted, ["4\n", "5\n"], ["8", "10"], 5.0) == (2, None)
+    assert run_lcb(hoisted, ["4\n", "5\n"], ["8", "10"]) == (2, None)
     iterated = "from sys import stdin\nprint(sum(int(line) for line in stdin))"
-    assert lcb_harness.run_stdin_tests(iterated, ["4\n"], ["4"], 5.0)[0] == 0
+    assert run_lcb(iterated, ["4\n"], ["4"])[0] == 0
+    assert run_lcb("print(input())\nexit()\nprint('never')", ["a\n", "b\n"], ["a", "b"]) == (2, None)
+    passed, failure = run_lcb("def f(:", ["1"], ["1"])
+    assert passed == 0 and failure.startswith("load error on test 0")
+
+
+def test_lcb_functional_protocol() -> None:
+    """``Solution().method`` or a module-level function; a tuple result counts as a list; the tests
+    stop at the first failure, a slow one at its time limit."""
+    method = "class Solution:\n    def pair(self, a, b):\n        return (b, a) if a < 9 else [0, 0]\n"
+    inputs, outputs = ["1\n2", "3\n4", "9\n9"], ["[2, 1]", "[4, 3]", "[9, 9]"]
+    passed, failure = run_lcb(method, inputs, outputs, "pair")
+    assert passed == 2 and failure.startswith("wrong answer on test 2")
+    assert run_lcb("def pair(a, b):\n    return [b, a]\n", inputs, outputs, "pair") == (3, None)
+    passed, failure = run_lcb("def other(a, b):\n    return [b, a]\n", inputs, outputs, "pair")
+    assert passed == 0 and failure.startswith("load error")
+    raising = "class Solution:\n    def pair(self, a, b):\n        return [b, a][a + 5]\n"
+    passed, failure = run_lcb(raising, inputs, outputs, "pair")
+    assert passed == 0 and failure.startswith("runtime error on test 0: IndexError")
+    slow = "import time\nclass Solution:\n    def pair(self, a, b):\n        time.sleep(a)\n"
+    slow += "        return [b, a]\n"
+    passed, failure = run_lcb(slow, inputs, outputs, "pair")
+    assert passed == 1 and failure.startswith("time limit on test 1")
 
 
 CODING_ANSWERS = {

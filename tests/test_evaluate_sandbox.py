@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -61,13 +61,20 @@ with open("/proc/self/comm", "w") as _comm:
 _os.environ.update(_params)
 print(_os.getcwd(), flush=True)
 """
-# Run by UNPRIVILEGED_UID: detect the isolation, or run jobs in a given one; JSON in, JSON out.
+# Run by UNPRIVILEGED_UID: detect the isolation, run jobs in a given one, or converse with one
+# job (see ``talk``); JSON in, JSON out.
 DRIVER = """\
 import dataclasses, json, sys, warnings
 sys.path.insert(0, sys.argv[1])
 from workflow_scripts.evaluate import sandbox
+from tests.test_evaluate_sandbox import talk
 request = json.load(sys.stdin)
-if request["jobs"] is None:
+if "messages" in request:
+    isolation = sandbox.Isolation(request["isolation"])
+    limits = sandbox.Limits(**request["limits"])
+    job = sandbox.Job(**request["job"])
+    json.dump(sandbox.converse(job, talk(request["messages"]), limits, isolation=isolation), sys.stdout)
+elif request["jobs"] is None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         isolation = sandbox.detect_isolation()
@@ -100,6 +107,18 @@ class Mode:
         }
         return [Outcome(**outcome) for outcome in self.drive(request, home)]
 
+    def converse(self, job: Job, messages: Sequence[str], limits: Limits) -> list[str]:
+        """Send ``messages`` to ``job``'s program in turn; its replies (see ``talk``)."""
+        if not self.prefix:
+            return sandbox.converse(job, talk(messages), limits, isolation=self.isolation)
+        request = {
+            "job": dataclasses.asdict(job),
+            "messages": list(messages),
+            "limits": dataclasses.asdict(limits),
+            "isolation": self.isolation.value,
+        }
+        return self.drive(request)
+
     def drive(self, request: dict[str, Any], home: str | None = None) -> Any:
         """Run ``DRIVER`` on ``request`` through the prefix; its JSON answer."""
         done = subprocess.run(
@@ -118,6 +137,21 @@ class Mode:
     def popen(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         """A process of the launching user, outside the sandbox."""
         return subprocess.Popen([*self.prefix, *argv])
+
+
+def talk(messages: Sequence[str]) -> Callable[[sandbox.Channel], list[str]]:
+    """A conversation sending ``messages`` in turn: each reply, or "stopped: <reason>"."""
+
+    def conversation(channel: sandbox.Channel) -> list[str]:
+        replies = []
+        for message in messages:
+            try:
+                replies.append(channel.exchange(message.encode()).decode())
+            except sandbox.ProgramStopped as stopped:
+                replies.append(f"stopped: {stopped.reason}")
+        return replies
+
+    return conversation
 
 
 def unprivileged_prefix(uid: int, stage: Path) -> tuple[str, ...]:
@@ -327,6 +361,16 @@ def test_output_beyond_the_cap_is_truncated_and_killed(stream: str):
     assert getattr(outcome, stream) == "b" * 1000
 
 
+@pytest.mark.parametrize("stream", [1, 2])
+def test_a_flood_past_the_pipe_buffer_is_killed(mode: Mode, stream: int):
+    """Also on stderr, which ``unshare`` shares: its report of the kill must not block the caller."""
+    limits = Limits(timeout_s=3, output_bytes=4096)
+    start = time.monotonic()
+    (outcome,) = mode.run_all([Job(f"import os\nos.write({stream}, b'x' * (1 << 20))\n")], limits)
+    assert (outcome.status, outcome.returncode) == ("killed", None)
+    assert time.monotonic() - start < limits.timeout_s
+
+
 def test_environment_is_replaced_and_hashing_is_fixed(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SANDBOX_LEAK_CHECK", "secret")
     source = "import json, os\nprint(json.dumps(dict(os.environ)))\nprint(hash('abc'))\n"
@@ -497,6 +541,89 @@ def test_process_group_fallback_runs_and_kills():
     assert (passed.status, passed.stdout) == ("passed", "42\n")
     looping = run(Job("while True:\n    pass\n"), Limits(timeout_s=1), isolation=Isolation.PROCESS_GROUP)
     assert (looping.status, looping.returncode) == ("timeout", None)
+
+
+# Conversations
+
+# Answers each message on the call pipes: "fds" its open descriptors, "exit" exits 3, "hang" spins,
+# "flood" writes 1 MiB to stderr, "huge" announces a reply over REPLY_BYTES, "close" closes its
+# pipes and sleeps; anything else comes back reversed.
+RESPONDER = f"""\
+import os, struct, sys, time
+HEADER = struct.Struct(">Q")
+def read(size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(3, size - len(data))
+        if not chunk:
+            sys.exit(0)
+        data += chunk
+    return data
+while True:
+    message = read(HEADER.unpack(read(8))[0])
+    if message == b"fds":
+        message = repr(sorted(int(fd) for fd in os.listdir("/proc/self/fd"))[:-1]).encode()[::-1]
+    elif message == b"exit":
+        os._exit(3)
+    elif message == b"hang":
+        while True:
+            pass
+    elif message == b"flood":
+        os.write(2, b"x" * (1 << 20))
+    elif message == b"huge":
+        os.write(4, HEADER.pack({sandbox.REPLY_BYTES + 1}) + b"partial")
+    elif message == b"close":
+        os.close(3)
+        os.close(4)
+        time.sleep(30)
+    reply = message[::-1]
+    view = memoryview(HEADER.pack(len(reply)) + reply)
+    while view:
+        view = view[os.write(4, view):]
+"""
+
+
+def test_a_conversation_exchanges_messages_in_every_mode(mode: Mode):
+    """Messages larger than a pipe's buffer both ways; only the call pipes besides the standard streams."""
+    big = "ab" * 200_000
+    replies = mode.converse(Job(RESPONDER), ["hello", "fds", big, "world"], FAST)
+    assert replies == ["olleh", "[0, 1, 2, 3, 4]", big[::-1], "dlrow"]
+
+
+@pytest.mark.parametrize(
+    ("messages", "stopped"),
+    [(["exit", "hello"], "ended"), (["close", "hello"], "timeout"), (["hang", "hello"], "timeout"),
+     (["flood", "hello"], "output"), (["huge", "hello"], "oversized")],
+)  # fmt: skip
+def test_a_conversation_stops_for_good(mode: Mode, messages: list[str], stopped: str):
+    """A program that closes its pipes but lives on hangs where ``unshare`` holds copies of them."""
+    if messages[0] == "close" and mode.isolation is Isolation.PROCESS_GROUP:
+        stopped = "ended"
+    limits = Limits(timeout_s=1.5, output_bytes=4096)
+    start = time.monotonic()
+    assert (
+        mode.converse(Job(RESPONDER), ["first", *messages], limits) == ["tsrif"] + [f"stopped: {stopped}"] * 2
+    )
+    assert time.monotonic() - start < limits.timeout_s + 2
+
+
+@pytest.mark.parametrize("name", ["kill_everything", "setsid_daemon", "fork_bomb"])
+def test_conversing_hostile_programs_stay_contained(isolated: Mode, outside_dir: Path, name: str):
+    """A conversation is a run like any other: nothing outlives it or reaches the launching user."""
+    outside_dir.chmod(0o777)
+    marker_file = outside_dir / "daemon-was-here"
+    job, marker = hostile_job(name, MARKER_FILE=str(marker_file), DAEMON_SLEEP="0.5")
+    bystander = isolated.popen(["sleep", "30"])
+    try:
+        limits = Limits(timeout_s=2, processes=16)
+        assert isolated.converse(job, ["anyone there?"], limits)[0] in ("stopped: ended", "stopped: timeout")
+        assert marked_processes(marker) == []
+        assert bystander.poll() is None
+        time.sleep(1.0)
+        assert not marker_file.exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 # The hostile corpus

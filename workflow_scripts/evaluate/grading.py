@@ -6,22 +6,23 @@ be recomputed (new grader, new timeout) without regenerating.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import secrets
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.evaluate.calls import TestProgram, check_all
 from workflow_scripts.evaluate.extraction import (
     extract_choice,
     extract_code,
     extract_math_answer,
     strip_reasoning,
 )
-from workflow_scripts.evaluate.sandbox import Job, Limits, Outcome, require_isolation, run_all
+from workflow_scripts.evaluate.sandbox import Limits, require_isolation
 from workflow_scripts.score_aggregates import avg_at_k
 
 if TYPE_CHECKING:
@@ -42,51 +43,34 @@ SCORE_COLUMNS = ("benchmark", "item_id", "task", "repeat", "seed", "score", "ext
 Graded = tuple[list[float], list[str | None]]
 
 
-def humaneval_program(item: Mapping[str, Any], code: str) -> str:
-    """The solution followed by HumanEval's ``check`` on the entry point.
+def humaneval_tests(item: Mapping[str, Any], code: str) -> TestProgram:
+    """HumanEval's ``check`` on the entry point, with the prompt's helpers, run in the grader.
 
-    A response that only gives the body (no ``def entry_point``) is completed
-    from the item's signature prompt, as HumanEval's own harness does.
+    A response that only gives the body (no ``def entry_point``) is completed from the item's
+    signature prompt, as HumanEval's own harness does. The prompt and the test are dataset code:
+    the grader runs them (helpers such as ``poly`` and ``encode_cyclic`` are the prompt's), with
+    the entry point bound to the solution's function.
     """
     meta = json.loads(item["metadata"])
     entry = meta["entry_point"]
-    if f"def {entry}" not in code:
-        code = meta["prompt"] + code
-    return f"{code}\n\n{meta['test']}\n\ncheck({entry})\n"
+    solution = code if f"def {entry}" in code else meta["prompt"] + code
+    definitions = f"{meta['prompt']}\n\n{meta['test']}\n"
+    return TestProgram(solution, definitions, f"check({entry})\n", remote=(entry,))
 
 
-def mbpp_program(item: Mapping[str, Any], code: str) -> str:
-    """The task's setup code and imports, the solution, then every assert of its test list."""
+def mbpp_tests(item: Mapping[str, Any], code: str) -> TestProgram:
+    """The task's imports and setup code, then every assert of its test list, run in the grader.
+
+    The sandbox loads the imports and setup code before the solution, as one program did before,
+    so the solution may use what they define; the asserts call the solution's functions.
+    """
     meta = json.loads(item["metadata"])
     header = "\n".join([*meta.get("test_imports", []), meta.get("test_setup_code", "")]).strip()
     tests = "\n".join(meta["test_list"])
-    return f"{header}\n\n{code}\n\n{tests}\n"
+    return TestProgram(f"{header}\n\n{code}\n", f"{header}\n", f"{tests}\n")
 
 
-PROGRAMS = {"humaneval": humaneval_program, "mbpp": mbpp_program}
-# Appended after a program's tests: echoes the token the grader fed on stdin, so only a run
-# whose tests reached their end prints it. An exit before that (``sys.exit(0)``,
-# ``raise SystemExit(0)``, ``os._exit(0)``, also from ``atexit``) ends with status 0 but
-# without the token, which the program cannot know beforehand: it is random per run and
-# arrives only on stdin, which the benchmarks' solutions never read (one that does consumes
-# it and fails, the safe side). A solution written to attack the harness could still read
-# stdin and print it; closing that needs the tests in a process apart from the solution.
-COMPLETION_EPILOGUE = (
-    "\nimport os as _rpb_os, sys as _rpb_sys\n"
-    "_rpb_sys.stdout.flush()\n"
-    '_rpb_os.write(1, b"\\n" + _rpb_os.read(0, 64) + b"\\n")\n'
-)
-
-
-def completion_job(program: str) -> tuple[Job, str]:
-    """The program with the completion epilogue, fed a fresh token; the token a finished run prints."""
-    token = secrets.token_hex(16)
-    return Job(program + COMPLETION_EPILOGUE, stdin=token), token
-
-
-def ran_to_completion(outcome: Outcome, token: str) -> bool:
-    """A pass: exit 0 and the epilogue's token as the last line, so the tests ran to their end."""
-    return outcome.status == "passed" and outcome.stdout.endswith(f"\n{token}\n")
+TESTS = {"humaneval": humaneval_tests, "mbpp": mbpp_tests}
 
 
 def livebench_question(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,25 +137,21 @@ def _grade_choice(rows: pd.DataFrame) -> Graded:
     return scores, extracted
 
 
-def _code_and_program(row: dict[str, Any]) -> tuple[str, str] | None:
-    """The response's code and the benchmark's test program around it; None without code."""
+def _code_and_tests(row: dict[str, Any]) -> tuple[str, TestProgram] | None:
+    """The response's code and the benchmark's tests for it; None without code."""
     code = extract_code(strip_reasoning(row["response"]))
-    return None if code is None else (code, PROGRAMS[row["grader"]](row, code))
+    return None if code is None else (code, TESTS[row["grader"]](row, code))
 
 
 def _grade_code(rows: pd.DataFrame, limits: Limits, workers: int, allow_unisolated: bool) -> Graded:
-    """Run each distinct extracted program once in the sandbox; a response without code scores 0."""
-    built = _each(rows.to_dict("records"), _code_and_program)
+    """Check each distinct solution once (its tests in the grader, the solution in the sandbox,
+    ``limits.timeout_s`` for the whole check); a response without code scores 0."""
+    built = _each(rows.to_dict("records"), _code_and_tests)
     extracted = [None if pair is None else pair[0] for pair in built]
     programs = [None if pair is None else pair[1] for pair in built]
-    distinct = sorted({p for p in programs if p is not None})
+    distinct = sorted({p for p in programs if p is not None}, key=dataclasses.astuple)
     isolation = require_isolation(allow_unisolated) if distinct else None
-    runs = [completion_job(source) for source in distinct]
-    outcomes = run_all([job for job, _ in runs], limits, workers, isolation=isolation)
-    passed = {
-        source: ran_to_completion(outcome, token)
-        for source, outcome, (_, token) in zip(distinct, outcomes, runs, strict=True)
-    }
+    passed = dict(zip(distinct, check_all(distinct, limits, workers, isolation=isolation), strict=True))
     return [float(p is not None and passed[p]) for p in programs], extracted
 
 
@@ -280,7 +260,7 @@ def grade(
             values, found = _grade_math(rows, math_timeout_s)
         elif grader == "multiple_choice":
             values, found = _grade_choice(rows)
-        elif grader in PROGRAMS:
+        elif grader in TESTS:
             values, found = _grade_code(rows, limits, workers, allow_unisolated)
         elif grader == "livebench":
             values, found = _grade_livebench(rows, limits, workers, allow_unisolated)

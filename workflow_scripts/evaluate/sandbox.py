@@ -3,8 +3,10 @@
 Each program runs in a fresh temporary directory under rlimits, a scrubbed environment and a
 fixed hash seed (so printed output is identical from run to run), through a launcher that keeps
 it from outliving its timeout, reaching the network or writing outside its directory; how
-strongly depends on what the host allows (``Isolation``). A failure of the sandbox itself raises
-``SandboxError`` rather than being scored as a failed program. Linux only.
+strongly depends on what the host allows (``Isolation``). ``run`` waits for a program's end;
+``converse`` talks with a running program over two extra pipes, so that the caller, not the
+program, decides what its run proves. A failure of the sandbox itself raises ``SandboxError``
+rather than being scored as a failed program. Linux only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import ctypes
 import dataclasses
 import enum
+import fcntl
 import json
 import math
 import os
@@ -21,13 +24,14 @@ import resource
 import select
 import signal
 import stat
+import struct
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 # subprocess, tempfile, shutil and concurrent.futures serve only the caller's side and are
 # imported where used: the launcher imports this module once per program, and they would add
@@ -35,7 +39,15 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     import subprocess
 
+T = TypeVar("T")
+
 PROGRAM_NAME = "program.py"
+# A conversing program reads the caller's messages on CALL_FDS[0] and writes its replies on
+# CALL_FDS[1]; each message is MESSAGE_HEADER (its length) and that many bytes.
+CALL_FDS = (3, 4)
+MESSAGE_HEADER = struct.Struct(">Q")
+REPLY_BYTES = 32 << 20  # the longest reply a caller accepts; a longer one stops the program
+FD_FLOOR = 16  # the launcher moves descriptors at or above this before placing CALL_FDS
 # World-writable directories of a Linux system; private (and emptied) in the mount namespace.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # USER_NAMESPACES: hidden under tmpfs, as the program keeps the caller's uid (the home is added).
@@ -224,6 +236,7 @@ class Plan:
     expose: list[str]  # interpreter directories to bind back, read-only, under those mounts
     devices: list[str]  # device nodes to bind into a tmpfs /dev (USER_NAMESPACES)
     sealed: bool  # read-only mounts, a fresh /proc, no capabilities (USER_NAMESPACES)
+    call_fds: list[int]  # (messages, replies): the pipe ends the program gets at CALL_FDS; [] for ``run``
 
 
 def run(job: Job, limits: Limits = Limits(), *, isolation: Isolation | None = None) -> Outcome:
@@ -235,13 +248,76 @@ def run_all(
     jobs: Sequence[Job], limits: Limits = Limits(), workers: int = 2, *, isolation: Isolation | None = None
 ) -> list[Outcome]:
     """Run programs on ``workers`` threads, each launching one sandboxed process; order preserved."""
+    chosen = isolation or detect_isolation()
+    return _on_workers(lambda job: _execute(job, limits, chosen), jobs, workers)
+
+
+class ProgramStopped(Exception):
+    """A conversing program can answer no more: ``reason`` is "timeout" (the run's time is up, or
+    the caller's deadline for this reply), "output" (it wrote more than ``Limits.output_bytes``),
+    "oversized" (a reply over ``REPLY_BYTES``) or "ended" (it exited, or its pipes closed: a
+    program that closes them and lives on is stopped by the timeout, as ``unshare`` holds copies)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Channel:
+    """The caller's end of a conversing program's pipes (:func:`converse`): one message, one reply.
+
+    ``deadline`` (``time.monotonic()``) is the end of the run, ``Limits.timeout_s`` after its
+    start. While a message is written and its reply awaited the program's output and status are
+    read and its output cap enforced, as for :func:`run`. Once stopped, it stays stopped.
+    """
+
+    def __init__(self, watch: _Watch, deadline: float) -> None:
+        self._watch = watch
+        self.deadline = deadline
+        self.stopped: str | None = None
+
+    def exchange(self, message: bytes, deadline: float | None = None) -> bytes:
+        """Send ``message`` and return the program's reply; :class:`ProgramStopped` if none comes
+        by ``deadline`` (at most the run's own)."""
+        if self.stopped is None:
+            until = self.deadline if deadline is None else min(deadline, self.deadline)
+            self.stopped = self._watch.exchange(MESSAGE_HEADER.pack(len(message)) + message, until)
+        if self.stopped is not None:
+            raise ProgramStopped(self.stopped)
+        return self._watch.take_reply()
+
+
+def converse(
+    job: Job, talk: Callable[[Channel], T], limits: Limits = Limits(), *, isolation: Isolation | None = None
+) -> T:
+    """Start ``job``'s program with the call pipes at ``CALL_FDS``, return ``talk(channel)``.
+
+    ``talk`` runs in the caller, while the program runs in the sandbox under ``limits``; once
+    it returns (or raises), whatever is left of the program is killed and its directory removed.
+    What the program writes to stdout and stderr is read (and capped) but not returned.
+    """
+    return _converse(job, limits, isolation or detect_isolation(), talk)
+
+
+def converse_all(
+    jobs: Sequence[tuple[Job, Callable[[Channel], T]]],
+    limits: Limits = Limits(),
+    workers: int = 2,
+    *,
+    isolation: Isolation | None = None,
+) -> list[T]:
+    """:func:`converse` with each (job, talk) on ``workers`` threads; order preserved."""
+    chosen = isolation or detect_isolation()
+    return _on_workers(lambda pair: _converse(pair[0], limits, chosen, pair[1]), jobs, workers)
+
+
+def _on_workers(function: Callable[[object], T], values: Sequence[object], workers: int) -> list[T]:
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     from concurrent.futures import ThreadPoolExecutor
 
-    chosen = isolation or detect_isolation()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda job: _execute(job, limits, chosen), jobs))
+        return list(pool.map(function, values))
 
 
 _DETECT_LOCK = threading.Lock()
@@ -327,8 +403,9 @@ for _slot in range(SLOTS_PER_PROCESS):
     _SLOTS.put(_slot)
 
 
-def _execute(job: Job, limits: Limits, isolation: Isolation) -> Outcome:
-    """Run ``job`` in a fresh directory under a worker slot's uid; remove the directory after."""
+@contextlib.contextmanager
+def _program_dir(job: Job, isolation: Isolation) -> Iterator[tuple[str, int | None]]:
+    """A fresh directory holding ``job``'s program and a worker slot's uid; the directory is removed after."""
     import tempfile
 
     slot = _SLOTS.get()
@@ -337,12 +414,23 @@ def _execute(job: Job, limits: Limits, isolation: Isolation) -> Outcome:
         try:
             with open(os.path.join(workdir, PROGRAM_NAME), "w", encoding="utf-8") as program:
                 program.write(job.source)
-            uid = UID_BASE + (os.getpid() << 8) + slot if isolation is Isolation.NAMESPACES else None
-            return _launch_and_watch(job, limits, isolation, workdir, uid)
+            yield workdir, UID_BASE + (os.getpid() << 8) + slot if isolation is Isolation.NAMESPACES else None
         finally:
             _remove_tree(workdir)
     finally:
         _SLOTS.put(slot)
+
+
+def _execute(job: Job, limits: Limits, isolation: Isolation) -> Outcome:
+    """Run ``job`` to its end."""
+    with _program_dir(job, isolation) as (workdir, uid):
+        return _launch_and_watch(job, limits, isolation, workdir, uid)
+
+
+def _converse(job: Job, limits: Limits, isolation: Isolation, talk: Callable[[Channel], T]) -> T:
+    """Run ``job`` while ``talk`` converses with it."""
+    with _program_dir(job, isolation) as (workdir, uid):
+        return _launch_and_talk(job, limits, isolation, workdir, uid, talk)
 
 
 def program_argv(workdir: str) -> list[str]:
@@ -454,7 +542,14 @@ def _hidden_dirs(interpreter: Sequence[str], isolation: Isolation) -> list[str]:
     return sorted(d for d in candidates if os.path.isdir(d) and not os.path.islink(d))
 
 
-def _plan(workdir: str, uid: int | None, status_fd: int, limits: Limits, isolation: Isolation) -> Plan:
+def _plan(
+    workdir: str,
+    uid: int | None,
+    status_fd: int,
+    limits: Limits,
+    isolation: Isolation,
+    call_fds: Sequence[int] = (),
+) -> Plan:
     """The launcher's instructions for one run."""
     mounts: list[tuple[str, str]] = []
     expose: list[str] = []
@@ -478,6 +573,7 @@ def _plan(workdir: str, uid: int | None, status_fd: int, limits: Limits, isolati
         expose=expose,
         devices=[d for d in DEVICES if os.path.exists(d)] if sealed else [],
         sealed=sealed,
+        call_fds=list(call_fds),
     )
 
 
@@ -502,35 +598,51 @@ def _launcher_command(plan: Plan, isolation: Isolation) -> list[str]:
     return [unshare, *namespaces, "--propagation", "private", "--", *launcher]
 
 
-def _launch_and_watch(
-    job: Job, limits: Limits, isolation: Isolation, workdir: str, uid: int | None
-) -> Outcome:
-    """Start the launcher, read its output and status until the program ends, then clean up."""
+def _launch(
+    job: Job, limits: Limits, isolation: Isolation, workdir: str, uid: int | None, calls: bool
+) -> tuple[subprocess.Popen[bytes], int, tuple[int, int] | None, float]:
+    """Start the launcher: its process, the status pipe's read end, the caller's ends of the call
+    pipes (messages to write, replies to read) if ``calls``, and the start time."""
     import subprocess
     import tempfile
 
     status_read, status_write = os.pipe()
-    plan = _plan(workdir, uid, status_write, limits, isolation)
-    with tempfile.TemporaryFile() as stdin:
-        stdin.write(job.stdin.encode("utf-8"))
-        stdin.seek(0)
-        start = time.monotonic()
-        try:
+    program_ends: tuple[int, ...] = ()
+    caller_ends = None
+    if calls:
+        (message_read, message_write), (reply_read, reply_write) = os.pipe(), os.pipe()
+        program_ends, caller_ends = (message_read, reply_write), (message_write, reply_read)
+    try:
+        plan = _plan(workdir, uid, status_write, limits, isolation, program_ends)
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(job.stdin.encode("utf-8"))
+            stdin.seek(0)
+            start = time.monotonic()
             proc = subprocess.Popen(
                 _launcher_command(plan, isolation),
                 stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(status_write,),
+                pass_fds=(status_write, *program_ends),
                 start_new_session=True,
                 env=plan.env,
                 cwd=workdir,
             )
-        except BaseException:
-            os.close(status_read)
-            raise
-        finally:
-            os.close(status_write)
+    except BaseException:
+        for fd in (status_read, *(caller_ends or ())):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (status_write, *program_ends):
+            os.close(fd)
+    return proc, status_read, caller_ends, start
+
+
+def _launch_and_watch(
+    job: Job, limits: Limits, isolation: Isolation, workdir: str, uid: int | None
+) -> Outcome:
+    """Start the launcher, read its output and status until the program ends, then clean up."""
+    proc, status_read, _, start = _launch(job, limits, isolation, workdir, uid, calls=False)
     namespaced = isolation is not Isolation.PROCESS_GROUP
     with proc, _Watch(proc, status_read, limits.output_bytes, namespaced) as watch:
         stopped = watch.pump(start + limits.timeout_s)
@@ -540,10 +652,43 @@ def _launch_and_watch(
         return watch.outcome(stopped, seconds)
 
 
-class _Watch:
-    """Reads a launched program's stdout, stderr and status pipe; kills and reaps what it started."""
+def _launch_and_talk(
+    job: Job,
+    limits: Limits,
+    isolation: Isolation,
+    workdir: str,
+    uid: int | None,
+    talk: Callable[[Channel], T],
+) -> T:
+    """Start the launcher, let ``talk`` converse with the program, then kill it and clean up.
 
-    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int, cap: int, namespaced: bool) -> None:
+    A launcher failure raises :class:`SandboxError` even where ``talk`` has returned.
+    """
+    proc, status_read, call_ends, start = _launch(job, limits, isolation, workdir, uid, calls=True)
+    assert call_ends is not None
+    namespaced = isolation is not Isolation.PROCESS_GROUP
+    with proc, _Watch(proc, status_read, limits.output_bytes, namespaced, call_ends) as watch:
+        try:
+            result = talk(Channel(watch, start + limits.timeout_s))
+        finally:
+            watch.terminate(kill=not watch.ended())
+            watch.drain()
+        watch.raise_launcher_error()
+        return result
+
+
+class _Watch:
+    """Reads a launched program's stdout, stderr and status pipe, and writes and reads its call
+    pipes if it has them; kills and reaps what it started."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        status_fd: int,
+        cap: int,
+        namespaced: bool,
+        call_fds: tuple[int, int] | None = None,
+    ) -> None:
         assert proc.stdout is not None and proc.stderr is not None
         self.proc = proc
         self.namespaced = namespaced
@@ -552,16 +697,91 @@ class _Watch:
         self.streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
         self.status = bytearray()
         self.poller = select.poll()
-        self.open = {*self.streams, status_fd}
+        self.message_fd, self.reply_fd = call_fds or (-1, -1)
+        self.replies = bytearray()
+        self.open = {*self.streams, status_fd} | ({self.reply_fd} if call_fds else set())
         for fd in self.open:
             os.set_blocking(fd, False)
             self.poller.register(fd, select.POLLIN)
+        if call_fds:
+            os.set_blocking(self.message_fd, False)
 
     def __enter__(self) -> _Watch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self.status_fd)
+        for fd in (self.status_fd, self.message_fd, self.reply_fd):
+            if fd >= 0:
+                os.close(fd)
+
+    def exchange(self, framed: bytes, deadline: float) -> str | None:
+        """Write a framed message and read until a whole reply has arrived (None, see
+        :meth:`take_reply`); else why the program can answer no more (see :class:`ProgramStopped`)."""
+        pending = memoryview(framed)
+        broken = False
+        self.poller.register(self.message_fd, select.POLLOUT)
+        try:
+            while self._reply_length() is None:
+                if self._oversized():
+                    return "oversized"
+                if broken or self.reply_fd not in self.open or self._reported():
+                    while self.reply_fd in self.open and self._poll(0) and not self._oversized():
+                        pass  # what it wrote before it ended
+                    return None if self._reply_length() is not None else "ended"
+                if self._flooded():
+                    return "output"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout"
+                for fd, events in self.poller.poll(remaining * 1000):
+                    if fd != self.message_fd:
+                        self._read(fd)
+                    elif events & select.POLLOUT and pending:
+                        try:
+                            pending = pending[os.write(fd, pending) :]
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            broken = True
+                        if not pending:
+                            self.poller.modify(fd, 0)
+                    elif events & (select.POLLERR | select.POLLHUP):
+                        broken = True  # the program closed its end
+            return None
+        finally:
+            self.poller.unregister(self.message_fd)
+
+    def take_reply(self) -> bytes:
+        """The first whole reply read, removed from the buffer."""
+        length = self._reply_length()
+        assert length is not None
+        end = MESSAGE_HEADER.size + length
+        reply = bytes(self.replies[MESSAGE_HEADER.size : end])
+        del self.replies[:end]
+        return reply
+
+    def ended(self) -> bool:
+        """Whether the launcher has reported the program's end."""
+        return self._reported()
+
+    def raise_launcher_error(self) -> None:
+        """Raise :class:`SandboxError` if the launcher reported a failure of its own."""
+        lines = self.status.decode("utf-8", "replace").splitlines()
+        errors = [line.removeprefix("error ") for line in lines if line.startswith("error ")]
+        if errors:
+            err = bytes(list(self.streams.values())[1][: self.cap]).decode("utf-8", "replace")
+            raise SandboxError(f"sandbox launcher failed: {errors[0]}; stderr: {err[-500:]}")
+
+    def _reply_length(self) -> int | None:
+        if len(self.replies) < MESSAGE_HEADER.size:
+            return None
+        (length,) = MESSAGE_HEADER.unpack_from(self.replies)
+        return length if len(self.replies) >= MESSAGE_HEADER.size + length else None
+
+    def _oversized(self) -> bool:
+        if len(self.replies) < MESSAGE_HEADER.size:
+            return False
+        return MESSAGE_HEADER.unpack_from(self.replies)[0] > REPLY_BYTES
 
     def pump(self, deadline: float) -> str | None:
         """Read until the launcher reports the program's end; else "timeout" or "output" (flood)."""
@@ -587,16 +807,22 @@ class _Watch:
         if self.namespaced:
             if kill:
                 self._kill_launcher()
-            self.proc.wait()
+            self._wait_reading()
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        self._wait_reading()
         deadline = time.monotonic() + TEARDOWN_S
         while _group_runs(self.proc.pid):
             if time.monotonic() > deadline:
                 raise SandboxError(f"the sandbox's processes did not end within {TEARDOWN_S} s of SIGKILL")
             time.sleep(GROUP_POLL_S)
+
+    def _wait_reading(self) -> None:
+        """Wait for the launched process, reading the pipes meanwhile: ``unshare`` reporting its
+        child's death would otherwise block on a stderr pipe the program filled."""
+        while self.proc.poll() is None:
+            self._poll(GROUP_POLL_S)
 
     def _kill_launcher(self) -> None:
         """SIGKILL the launcher by the pid it reported, through a pidfd taken while it is unshare's child.
@@ -627,11 +853,9 @@ class _Watch:
 
     def outcome(self, stopped: str | None, seconds: float) -> Outcome:
         """The program's outcome from how it stopped and the launcher's report."""
+        self.raise_launcher_error()
         lines = self.status.decode("utf-8", "replace").splitlines()
         out, err = (bytes(buf[: self.cap]).decode("utf-8", "replace") for buf in self.streams.values())
-        errors = [line.removeprefix("error ") for line in lines if line.startswith("error ")]
-        if errors:
-            raise SandboxError(f"sandbox launcher failed: {errors[0]}; stderr: {err[-500:]}")
         if stopped == "timeout":
             return Outcome("timeout", None, out, err, seconds)
         if stopped == "output" or self._flooded():
@@ -647,8 +871,8 @@ class _Watch:
 
     def _poll(self, seconds: float) -> int:
         """Read every pipe that is ready within ``seconds``; the number that were."""
-        ready = self.poller.poll(seconds * 1000)
-        for fd, _ in ready:
+        ready = [fd for fd, _ in self.poller.poll(seconds * 1000) if fd != self.message_fd]
+        for fd in ready:
             self._read(fd)
         return len(ready)
 
@@ -668,6 +892,9 @@ class _Watch:
             self.open.discard(fd)
         elif fd == self.status_fd:
             self.status += chunk
+        elif fd == self.reply_fd:
+            if len(self.replies) <= MESSAGE_HEADER.size + REPLY_BYTES:
+                self.replies += chunk
         else:
             buf = self.streams[fd]
             buf += chunk[: self.cap + 1 - len(buf)]
@@ -772,9 +999,25 @@ def _private_filesystem(plan: Plan) -> None:
         private_copy.write(source)
 
 
+def _place_call_fds(plan: Plan) -> int:
+    """In the forked child: the call pipes at ``CALL_FDS`` for the program to inherit, the status
+    pipe (close-on-exec) moved out of their way; its new number."""
+    status_fd = fcntl.fcntl(plan.status_fd, fcntl.F_DUPFD_CLOEXEC, FD_FLOOR)
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, FD_FLOOR) for fd in plan.call_fds]
+    for fd in (plan.status_fd, *plan.call_fds):
+        os.close(fd)
+    for target, fd in zip(CALL_FDS, moved, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    return status_fd
+
+
 def _become_program(plan: Plan) -> NoReturn:
-    """In the forked child: limits, the program's uid, its directory, then exec the interpreter."""
+    """In the forked child: call pipes, limits, the program's uid, its directory, then exec."""
+    status_fd = plan.status_fd
     try:
+        if plan.call_fds:
+            status_fd = _place_call_fds(plan)
         for res, soft, hard in plan.rlimits:
             resource.setrlimit(res, (soft, hard))
         if plan.uid is not None:
@@ -789,7 +1032,7 @@ def _become_program(plan: Plan) -> NoReturn:
         _libc_call("prctl", *map(ctypes.c_ulong, (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)))
         os.execve(plan.argv[0], plan.argv, plan.env)
     except BaseException as exc:  # any failure before exec is reported, never raised
-        _report(plan.status_fd, f"error starting the program: {exc!r}")
+        _report(status_fd, f"error starting the program: {exc!r}")
     os._exit(127)
 
 
@@ -812,6 +1055,8 @@ def launcher_main(plan_json: str) -> NoReturn:
         child = os.fork()
         if child == 0:
             _become_program(plan)
+        for fd in plan.call_fds:  # the program's alone, so that its end closes them
+            os.close(fd)
         _report(plan.status_fd, f"exit {_reap_until(child)}")
     except BaseException as exc:  # the caller must learn of any launcher failure
         _report(plan.status_fd, f"error {exc!r}")

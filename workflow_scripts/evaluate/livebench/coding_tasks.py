@@ -4,35 +4,26 @@ Re-implements ``LCB_generation_process_results`` (livebench/process_results/codi
 LiveCodeBench's test runner: the program is the last fenced block of the response (LiveBench's
 ``extract_code``), prefixed with the question's ``partial_solution`` for completion questions
 unless the answer already starts with it, and it scores 1 only if it passes all public and
-private tests. The tests run inside the sandbox: ``lcb_harness.py`` is the program, the answer
-and tests its stdin, with ``timeout_s`` per test (LiveBench uses 6 s, the sandbox default) and
-LiveCodeBench's global budget of ``(timeout_s + 1) x tests + 5`` seconds for the whole run
-(``scoring.score_many`` gives each run of a batch the largest budget in it; a program past its
-own budget is still stopped by the per-test limit, so only a hang inside one C call runs longer).
+private tests. The answer runs in the sandbox and the tests in the grader (``lcb_harness``): it
+receives each test's input and returns its output, which the grader compares with the expected
+one, so no expected output enters the sandbox. Each test may take ``timeout_s`` (LiveBench uses
+6 s, the sandbox default) and the whole run LiveCodeBench's global budget of
+``(timeout_s + 1) x tests + 5`` seconds (``scoring.score_many`` gives each run of a batch the
+largest budget in it; a program past its own budget is still stopped by the per-test limit).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
+from workflow_scripts.evaluate.calls import Session
+from workflow_scripts.evaluate.livebench import lcb_harness
 from workflow_scripts.evaluate.livebench.testcases import TestCase, TestCaseError, function_name, load_tests
-from workflow_scripts.evaluate.sandbox import Job, Outcome
 
 FENCE = "```"
-HARNESS_PACKAGE = "workflow_scripts.evaluate.livebench"
-HARNESS_FILE = "lcb_harness.py"
-
-
-@cache
-def harness_source() -> str:
-    """The source of the test-running program sent to the sandbox."""
-    return (resources.files(HARNESS_PACKAGE) / HARNESS_FILE).read_text(encoding="utf-8")
 
 
 def extract_program(response: str) -> str:
@@ -75,34 +66,26 @@ def _check_functional_json(tests: list[TestCase], question_id: str) -> None:
 
 @dataclass(frozen=True)
 class CodingCheck:
-    """The sandbox job that tests one answer, how many tests it must pass, and the run's token.
+    """One answer's program and the tests it must pass: a stdin program if ``fn_name`` is None,
+    else the function (or ``Solution`` method) of that name; ``timeout_s`` per test."""
 
-    The harness echoes ``token`` (random per run, sent on stdin with the tests) in its verdict,
-    so a line the answer writes to the harness's verdict descriptor before exiting is no verdict.
-    """
-
-    job: Job
-    tests: int
-    token: str
+    code: str
+    fn_name: str | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    timeout_s: float
 
 
 def coding_check(question: Mapping[str, Any], response: str, timeout_s: float) -> CodingCheck:
-    """The job running ``response``'s program against all tests of ``question``, ``timeout_s`` each."""
+    """The check of ``response``'s program against all tests of ``question``, ``timeout_s`` each."""
     question_id = question.get("question_id")
     tests = load_tests(question)
     fn_name = function_name(question)
     if fn_name is not None:
         _check_functional_json(tests, question_id)
-    payload = {
-        "code": full_program(question, extract_program(response)),
-        "fn_name": fn_name,
-        "inputs": [test.input for test in tests],
-        "outputs": [test.output for test in tests],
-        "timeout_s": timeout_s,
-        "token": secrets.token_hex(16),
-    }
-    job = Job(source=harness_source(), stdin=json.dumps(payload))
-    return CodingCheck(job, len(tests), payload["token"])
+    code = full_program(question, extract_program(response))
+    inputs = tuple(test.input for test in tests)
+    return CodingCheck(code, fn_name, inputs, tuple(test.output for test in tests), timeout_s)
 
 
 def run_budget_s(tests: int, timeout_s: float) -> float:
@@ -110,22 +93,18 @@ def run_budget_s(tests: int, timeout_s: float) -> float:
     return (timeout_s + 1.0) * tests + 5.0
 
 
-def passed_all(outcome: Outcome, check: CodingCheck) -> bool:
-    """Whether the harness's verdict (the last line of its stdout) reports all tests passed.
+def run_check(check: CodingCheck, session: Session) -> tuple[int, str | None]:
+    """The number of tests passed in order, up to the first failure, and that failure (if any).
 
-    A run that wrote no verdict of this run (killed, timed out, crashed, exited early, or a
-    verdict without the run's token) has failed.
+    ``session``'s calls should time out after ``check.timeout_s``.
     """
-    lines = outcome.stdout.strip().splitlines()
-    if not lines:
-        return False
-    try:
-        verdict = json.loads(lines[-1])
-    except json.JSONDecodeError:
-        return False
-    return (
-        isinstance(verdict, dict)
-        and verdict.get("token") == check.token
-        and verdict.get("total") == check.tests
-        and verdict.get("passed") == check.tests
-    )
+    inputs, outputs = list(check.inputs), list(check.outputs)
+    if check.fn_name is None:
+        return lcb_harness.run_stdin_tests(session, check.code, inputs, outputs)
+    return lcb_harness.run_functional_tests(session, check.code, check.fn_name, inputs, outputs)
+
+
+def passed_all(check: CodingCheck, verdict: tuple[int, str | None]) -> bool:
+    """Whether ``verdict`` (of :func:`run_check`) passed every test of ``check``."""
+    passed, failure = verdict
+    return failure is None and passed == len(check.inputs)

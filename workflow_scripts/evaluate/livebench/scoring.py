@@ -16,10 +16,12 @@ import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pandas as pd
 
+from workflow_scripts.evaluate.calls import converse_all
 from workflow_scripts.evaluate.extraction import strip_reasoning
 from workflow_scripts.evaluate.livebench import math_tasks, reasoning_tasks
 from workflow_scripts.evaluate.livebench.coding_tasks import (
@@ -27,6 +29,7 @@ from workflow_scripts.evaluate.livebench.coding_tasks import (
     coding_check,
     passed_all,
     run_budget_s,
+    run_check,
 )
 from workflow_scripts.evaluate.livebench.math_tasks import (
     AMPS_EQUIVALENCE_TIMEOUT_S,
@@ -37,7 +40,7 @@ from workflow_scripts.evaluate.livebench.math_tasks import (
 from workflow_scripts.evaluate.livebench.parsing import UnparseableResponse
 from workflow_scripts.evaluate.livebench.testcases import TestCaseError
 from workflow_scripts.evaluate.math_equivalence import MathChecker
-from workflow_scripts.evaluate.sandbox import Limits, run_all
+from workflow_scripts.evaluate.sandbox import Limits
 
 Question = Mapping[str, Any]
 RELEASE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -164,13 +167,17 @@ def _resolve_equivalences(queries: dict[int, EquivalenceQuery], scores: list[flo
 def _run_checks(
     checks: dict[int, CodingCheck], scores: list[float | None], limits: Limits, workers: int
 ) -> None:
-    """Run every coding job in the sandbox; each run gets the largest budget any of them needs."""
+    """Check every coding answer (in the sandbox, ``limits.timeout_s`` per test); each run gets the
+    largest budget any of them needs."""
     if not checks:
         return
-    budget = max(run_budget_s(check.tests, limits.timeout_s) for check in checks.values())
-    outcomes = run_all([check.job for check in checks.values()], replace(limits, timeout_s=budget), workers)
-    for (index, check), outcome in zip(checks.items(), outcomes, strict=True):
-        scores[index] = float(passed_all(outcome, check))
+    budget = max(run_budget_s(len(check.inputs), limits.timeout_s) for check in checks.values())
+    talks = [partial(run_check, check) for check in checks.values()]
+    verdicts = converse_all(
+        talks, replace(limits, timeout_s=budget), workers, call_timeout_s=limits.timeout_s
+    )
+    for (index, check), verdict in zip(checks.items(), verdicts, strict=True):
+        scores[index] = float(passed_all(check, verdict))
 
 
 def score_many(
