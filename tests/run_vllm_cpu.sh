@@ -12,4 +12,4 @@ if [ ! -x .venvs/eval/bin/python ]; then
 fi
 .venvs/eval/bin/pip install -q pytest==9.0.3
 export RPB_WRITER_PYTHON="${RPB_WRITER_PYTHON:-$PWD/.venv/bin/python}"
-PYTHONPATH="$PWD" .venvs/eval/bin/python -m pytest -q -m vllm tests/test_evaluate_vllm.py "$@"
+PYTHONPATH="$PWD" .venvs/eval/bin/python -m pytest -q -m vllm tests/test_evaluate_vllm.py tests/test_evaluate_vllm_resume.py "$@"

@@ -170,13 +170,14 @@ def test_output_files_and_targets(paper_config):
 
 
 def test_generate_options_of_the_configured_backend_only(paper_config, toy_config):
-    assert (
-        dag_inputs.generate_options(toy_config["evaluation"])
-        == f"--batch-size {toy_config['evaluation']['batch_size']}"
+    toy = toy_config["evaluation"]
+    assert dag_inputs.generate_options(toy) == (
+        f"--batch-size {toy['batch_size']} --shard-prompts {toy['shard_prompts']}"
     )
     words = shlex.split(dag_inputs.generate_options(paper_config["evaluation"]))
     assert words[:2] == ["--data-parallel", str(paper_config["evaluation"]["data_parallel"])]
     assert json.loads(words[words.index("--engine") + 1]) == paper_config["evaluation"]["engine"]
+    assert words[words.index("--shard-prompts") + 1] == str(paper_config["evaluation"]["shard_prompts"])
 
 
 def test_alternatives_of_no_ids_match_nothing():

@@ -9,14 +9,15 @@ import torch
 
 from tests.dag import TINY_SPEC
 from workflow_scripts.evaluate.generation import (
+    MAX_BLOCKS,
     Completion,
     Sampling,
+    block_seed,
     chat_prompts,
     generate_hf,
-    merge_shards,
     parse_vllm_outputs,
     rows_for,
-    shard_bounds,
+    sample_hf,
     stop_ids,
     vllm_sampling_kwargs,
 )
@@ -105,24 +106,22 @@ def test_vllm_outputs_are_parsed_in_request_order():
         parse_vllm_outputs([_request("7", None)])
 
 
-@pytest.mark.parametrize("count,shards", [(10, 3), (2, 4), (0, 2), (8, 1)])
-def test_shards_cover_every_prompt_once(count, shards):
-    bounds = shard_bounds(count, shards)
-    assert len(bounds) == shards
-    covered = [i for start, stop in bounds for i in range(start, stop)]
-    assert covered == list(range(count))
+def test_an_hf_block_samples_the_same_whatever_ran_before(tiny):
+    """A resumed run samples a block without the blocks before it: reseeded per block, it matches."""
+    model, tokenizer, prompts = tiny
+    seed = block_seed(SAMPLING.seeds[1], 1)
+    first = sample_hf(model, tokenizer, prompts[2:], SAMPLING, seed, 2)
+    sample_hf(model, tokenizer, prompts[:2], SAMPLING, 7, 2)  # moves torch's generator on
+    assert sample_hf(model, tokenizer, prompts[2:], SAMPLING, seed, 2) == first
+    assert sample_hf(model, tokenizer, prompts[2:], SAMPLING, block_seed(SAMPLING.seeds[1], 2), 2) != first
 
 
-def test_merge_reassembles_repeats_and_checks_sizes():
-    bounds = shard_bounds(5, 2)  # [0, 3), [3, 5)
-    shard = [[[Completion(f"r{r}p{p}", 1, "stop") for p in range(a, b)] for r in range(2)] for a, b in bounds]
-    merged = merge_shards(shard, bounds)
-    assert [[c.text for c in repeat] for repeat in merged] == [
-        [f"r{r}p{p}" for p in range(5)] for r in range(2)
-    ]
-    shard[1][0] = shard[1][0][:1]
-    with pytest.raises(ValueError, match="shard 1 repeat 0"):
-        merge_shards(shard, bounds)
+def test_block_seeds_keep_the_repeat_seed_first_and_never_collide():
+    assert block_seed(42, 0) == 42, "one block per repeat samples as one seed per repeat did"
+    seeds = {block_seed(s, b) % 2**32 for s in range(42, 47) for b in range(MAX_BLOCKS + 1)}
+    assert len(seeds) == 5 * (MAX_BLOCKS + 1), "torch's CPU generator reads a seed modulo 2**32"
+    with pytest.raises(ValueError, match="distinct seeds"):
+        block_seed(42, MAX_BLOCKS + 1)
 
 
 def test_rows_pair_every_item_with_each_repeat_seed():

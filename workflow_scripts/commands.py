@@ -63,5 +63,14 @@ def recorded_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
     The audit parses the command a rule would run today the same way, so the two compare key by key.
     """
-    skip = {"run", "inputs", "outputs", "input_kinds", "option_labels", "provenance", "claimed_digests"}
+    skip = {
+        "run",
+        "inputs",
+        "outputs",
+        "input_kinds",
+        "option_labels",
+        "provenance",
+        "claimed_digests",
+        "input_digests",
+    }
     return {key: value for key, value in vars(args).items() if key not in skip}

@@ -140,12 +140,14 @@ def detector(config: Mapping[str, Any]) -> str:
 
 
 def generate_options(evaluation: Mapping[str, Any]) -> str:
-    """``evaluate generate``'s options of the configured backend only, so that a setting of the
-    other backend reruns no generation (hf batches prompts; vllm runs data-parallel engines)."""
+    """``evaluate generate``'s shard size and the options of the configured backend only, so that a
+    setting of the other backend reruns no generation (hf batches prompts; vllm runs data-parallel
+    engines)."""
+    shards = f"--shard-prompts {evaluation['shard_prompts']}"
     if evaluation["backend"] == "hf":
-        return f"--batch-size {evaluation['batch_size']}"
+        return f"--batch-size {evaluation['batch_size']} {shards}"
     engine = shlex.quote(json.dumps(evaluation["engine"], sort_keys=True))
-    return f"--data-parallel {evaluation['data_parallel']} --engine {engine}"
+    return f"--data-parallel {evaluation['data_parallel']} --engine {engine} {shards}"
 
 
 def sandbox_limits(evaluation: Mapping[str, Any]) -> str:

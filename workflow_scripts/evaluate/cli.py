@@ -22,21 +22,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.atomic import write_json, write_parquet
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
 
+if TYPE_CHECKING:
+    from workflow_scripts.evaluate.generation import Completion
+    from workflow_scripts.evaluate.shards import Shard
+
 BACKENDS = ("hf", "vllm")
 # The routings of ``evaluate likelihood`` (evaluate/likelihood.py ROUTINGS; a test holds them equal).
 ROUTINGS = ("own", "own_prior_hard", "global_hard")
+# In a generation's run folder: one empty file per shard an engine has taken (``shards.claim``).
+CLAIMS = "claims"
 
 
 def _read_parquet(path: str, what: str) -> Any:
@@ -135,83 +142,187 @@ def _prompts(checkpoint: str, items: Any) -> list[str]:
     return chat_prompts(tokenizer, (render(item) for _, item in items.iterrows()))
 
 
-def _generate_hf(args: argparse.Namespace, prompts: list[str], sampling: Any) -> list[list[Any]]:
-    from workflow_scripts.evaluate.generation import generate_hf
+def _hashed_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """Check and hash ``generate``'s inputs once (the entry point's check, ``claimed_digests``),
+    keeping the digests: the checkpoint's is part of the shard key."""
+    from workflow_scripts.records.verify import verify_inputs
+
+    if not hasattr(args, "input_digests"):
+        inputs = {"checkpoint": args.checkpoint, **{f"items[{i}]": p for i, p in enumerate(args.items)}}
+        args.input_digests = verify_inputs(
+            inputs, digest_all=True, kinds=args.input_kinds, labels=args.option_labels
+        )
+    return args.input_digests
+
+
+def _backend_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend, the settings of it that shape the samples, and its packages' versions.
+
+    Not ``--data-parallel``: vLLM seeds every request, so which engine ran a shard does not matter.
+    """
+    from workflow_scripts.evaluate.shards import engine_packages
+
+    settings = {"batch_size": args.batch_size} if args.backend == "hf" else {"engine": args.engine}
+    return {"name": args.backend, **settings, "packages": engine_packages(args.backend)}
+
+
+def _generate_hf(
+    args: argparse.Namespace, prompts: list[str], work: Path, missing: list[Shard], run: Path
+) -> None:
+    """Generate the missing shards in this process, each block from its own seed (``block_seed``)."""
+    from workflow_scripts.evaluate.generation import block_seed, sample_hf
+    from workflow_scripts.evaluate.shards import fill_shards, key_digest, key_sampling, read_key
     from workflow_scripts.modeling.toy import load_local
 
+    key = read_key(work)
+    sampling = key_sampling(key)
     model, tokenizer = load_local(args.checkpoint)
+
+    def sample(shard: Shard) -> list[Completion]:
+        seed = block_seed(sampling.seeds[shard.repeat], shard.block)
+        block = prompts[shard.start : shard.stop]
+        return sample_hf(model, tokenizer, block, sampling, seed, args.batch_size)
+
     try:
-        return generate_hf(model, tokenizer, prompts, sampling, args.batch_size)
+        for shard in fill_shards(work, key_digest(key), missing, sample, run / CLAIMS):
+            _report_shard(shard)
     except ValueError as error:
         raise UserInputError(f"--checkpoint {args.checkpoint}: {error}") from error
 
 
-def _generate_vllm(args: argparse.Namespace, prompts: list[str], sampling: Any) -> list[list[Any]]:
-    """One vLLM engine per GPU over a contiguous block of prompts, then one merge (data parallel)."""
-    from dataclasses import asdict
+def _report_shard(shard: Shard) -> None:
+    print(
+        f"generate: wrote shard {shard.name} (repeat {shard.repeat}, prompts {shard.start}-{shard.stop - 1})",
+        file=sys.stderr,
+    )
 
-    from workflow_scripts.evaluate.generation import Completion, merge_shards, shard_bounds
+
+def _generate_vllm(
+    args: argparse.Namespace, prompts: list[str], work: Path, missing: list[Shard], run: Path
+) -> None:
+    """Data parallel: one vLLM engine per GPU (at most one per missing shard), each taking the next
+    unclaimed shard until none is left."""
     from workflow_scripts.modeling.toy import check_weight_files
 
     check_weight_files(args.checkpoint)  # once, before any engine starts: vLLM's error names no file
-    bounds = shard_bounds(len(prompts), args.data_parallel)
-    with tempfile.TemporaryDirectory(prefix="vllm-shards-", dir=Path(args.out).parent) as tmp:
-        prompt_file = Path(tmp) / "prompts.json"
-        prompt_file.write_text(json.dumps(prompts))
-        workers = []
-        for index, (start, stop) in enumerate(bounds):
-            out = Path(tmp) / f"shard{index}.json"
-            command = [
-                sys.executable, "-m", "workflow_scripts", "evaluate", "generate-shard",
-                "--checkpoint", args.checkpoint, "--prompts", str(prompt_file),
-                "--start", str(start), "--stop", str(stop),
-                "--sampling", json.dumps(asdict(sampling)), "--engine", json.dumps(args.engine),
-                "--out", str(out),
-            ]  # fmt: skip
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
-            workers.append((out, subprocess.Popen(command, env=env)))
-        failed = [index for index, (_, worker) in enumerate(workers) if worker.wait() != 0]
-        if failed:
-            raise UserInputError(f"vLLM shards {failed} failed; see their output above")
-        results = [json.loads(out.read_text()) for out, _ in workers]
-        results = [[[Completion(**c) for c in repeat] for repeat in shard] for shard in results]
-    return merge_shards(results, bounds)
+    prompt_file, shard_file = run / "prompts.json", run / "shards.json"
+    prompt_file.write_text(json.dumps(prompts))
+    shard_file.write_text(json.dumps([shard.name for shard in missing]))
+    workers = []
+    for index in range(min(args.data_parallel, len(missing))):
+        command = [
+            sys.executable, "-m", "workflow_scripts", "evaluate", "generate-shard",
+            "--checkpoint", args.checkpoint, "--work", str(work), "--prompts", str(prompt_file),
+            "--shards", str(shard_file), "--claims", str(run / CLAIMS),
+        ]  # fmt: skip
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index)}
+        workers.append(subprocess.Popen(command, env=env))
+    failed = [index for index, worker in enumerate(workers) if worker.wait() != 0]
+    if failed:
+        raise UserInputError(
+            f"vLLM engines {failed} failed (see their output above); the shards written are kept "
+            f"in {work}: the same command continues from them"
+        )
 
 
 def run_generate(args: argparse.Namespace) -> None:
-    """Sample every item once per repeat seed and store the responses with their seeds."""
+    """Sample every item once per repeat seed, shard by shard, and store the responses with their seeds.
+
+    Shards already written for the same inputs and settings (``<out>.parts/``) are kept: a rerun
+    after a kill generates only the others, and writes the bytes an uninterrupted run writes.
+    """
     import pyarrow as pa
 
-    from workflow_scripts.evaluate.generation import GENERATION_COLUMNS, Sampling, rows_for
+    from workflow_scripts.evaluate.generation import GENERATION_COLUMNS, MAX_BLOCKS, Sampling, rows_for
+    from workflow_scripts.evaluate.shards import (
+        DamagedShard,
+        assemble,
+        key_digest,
+        open_work,
+        parts_folder,
+        plan_shards,
+        shard_key,
+        sort_written,
+    )
 
+    if args.shard_prompts < 1:
+        raise UserInputError(f"--shard-prompts must be at least 1, got {args.shard_prompts}")
     items = _read_items(args.items)
     sampling = Sampling.from_config(args.sampling)
     prompts = _prompts(args.checkpoint, items)
+    keys = list(zip(items["benchmark"], items["item_id"], strict=True))
+    checkpoint_sha256 = _hashed_inputs(args)["checkpoint"]["sha256"]
+    key = shard_key(checkpoint_sha256, keys, prompts, sampling, args.shard_prompts, _backend_settings(args))
+    digest = key_digest(key)
+    shards = plan_shards(len(prompts), len(sampling.seeds), args.shard_prompts)
+    blocks = max((shard.block + 1 for shard in shards), default=0)
+    if args.backend == "hf" and blocks > MAX_BLOCKS + 1:
+        raise UserInputError(
+            f"--shard-prompts {args.shard_prompts}: {blocks} blocks of prompts a repeat, but the hf "
+            f"backend seeds at most {MAX_BLOCKS + 1} distinctly (block_seed)"
+        )
+    work, stale = open_work(args.out, key)
+    missing, damaged = sort_written(work, digest, shards)
+    for shard, reason in damaged.items():
+        print(
+            f"generate: shard {work / shard.name} is damaged ({reason}): generating it again", file=sys.stderr
+        )
+    print(
+        f"generate: {len(shards) - len(missing)} of {len(shards)} shards (up to {args.shard_prompts} prompts "
+        f"each) already in {work}, {len(missing)} to generate"
+        + (f"; removed {stale} work folder(s) of other inputs or settings" if stale else ""),
+        file=sys.stderr,
+    )
     started = time.perf_counter()
     backend = {"hf": _generate_hf, "vllm": _generate_vllm}[args.backend]
-    completions = backend(args, prompts, sampling)
+    if missing:
+        with tempfile.TemporaryDirectory(prefix=".run-", dir=work) as run:  # engines' inputs and claims
+            (Path(run) / CLAIMS).mkdir()
+            backend(args, prompts, work, missing, Path(run))
     seconds = time.perf_counter() - started
-    keys = list(zip(items["benchmark"], items["item_id"], strict=True))
+    try:
+        completions = assemble(work, digest, shards, len(sampling.seeds))
+    except DamagedShard as error:  # written by this run: changed or removed under it
+        raise UserInputError(f"--out {args.out}: shard {error}; rerun to generate it again") from error
     rows = rows_for(keys, completions, sampling)
     table = pa.Table.from_pylist(rows).select(list(GENERATION_COLUMNS))
     write_parquet(table, args.out)
+    shutil.rmtree(parts_folder(args.out))
     print(
-        f"generate: {len(rows)} responses ({len(prompts)} prompts x {len(sampling.seeds)} repeats) "
-        f"in {seconds:.1f}s with {args.backend}",
+        f"generate: {len(rows)} responses ({len(prompts)} prompts x {len(sampling.seeds)} repeats), "
+        f"{len(missing)} of {len(shards)} shards generated in {seconds:.1f}s with {args.backend}",
         file=sys.stderr,
     )
 
 
 def run_generate_shard(args: argparse.Namespace) -> None:
-    """One data-parallel vLLM worker: prompts ``[start, stop)`` of the prompt file, all repeats."""
-    from dataclasses import asdict
+    """One data-parallel vLLM engine: the listed shards of the work folder it claims first."""
+    from workflow_scripts.evaluate.generation import sample_vllm, vllm_engine
+    from workflow_scripts.evaluate.shards import (
+        fill_shards,
+        key_digest,
+        key_sampling,
+        plan_shards,
+        read_key,
+    )
 
-    from workflow_scripts.evaluate.generation import Sampling, generate_vllm
+    work = Path(args.work)
+    key = read_key(work)
+    sampling = key_sampling(key)
+    prompts = json.loads(Path(args.prompts).read_text())
+    listed = set(json.loads(Path(args.shards).read_text()))
+    shards = [
+        shard
+        for shard in plan_shards(len(prompts), len(sampling.seeds), key["shard_prompts"])
+        if shard.name in listed
+    ]
+    llm, stops = vllm_engine(args.checkpoint, key["backend"]["engine"])
 
-    prompts = json.loads(Path(args.prompts).read_text())[args.start : args.stop]
-    sampling = Sampling(**{**args.sampling, "seeds": tuple(args.sampling["seeds"])})
-    results = generate_vllm(args.checkpoint, prompts, sampling, args.engine)
-    write_json(args.out, [[asdict(c) for c in repeat] for repeat in results])
+    def sample(shard: Shard) -> list[Completion]:
+        return sample_vllm(llm, prompts[shard.start : shard.stop], sampling, shard.repeat, stops)
+
+    for shard in fill_shards(work, key_digest(key), shards, sample, Path(args.claims)):
+        _report_shard(shard)
 
 
 def run_score(args: argparse.Namespace) -> None:
@@ -392,23 +503,36 @@ def register(stages: argparse._SubParsersAction) -> None:
     generate.add_argument(
         "--engine", type=json_argument, default={}, help="vllm: extra LLM() arguments (JSON)"
     )
-    generate.add_argument("--out", required=True, help="output generations parquet")
+    generate.add_argument(
+        "--shard-prompts",
+        type=int,
+        default=1024,
+        help="prompts per shard, the unit a killed run loses and its rerun keeps (default 1024)",
+    )
+    generate.add_argument(
+        "--out",
+        required=True,
+        help="output generations parquet; shards of an unfinished run wait in <out>.parts/",
+    )
+    generate.set_defaults(claimed_digests=_hashed_inputs)
 
     shard = add_command(
         commands,
         "generate-shard",
         run_generate_shard,
-        "one data-parallel vLLM worker (started by 'generate --backend vllm')",
-        inputs=("prompts",),  # not the checkpoint: 'generate' verified it, one full read per GPU saved
-        outputs=("out",),
+        "one data-parallel vLLM engine (started by 'generate --backend vllm')",
+        inputs=(
+            "prompts",
+            "shards",
+        ),  # not the checkpoint: 'generate' verified it, one full read per GPU saved
     )
     shard.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    shard.add_argument(
+        "--work", required=True, help="the run's shard folder (its key.json: sampling, engine)"
+    )
     shard.add_argument("--prompts", required=True, help="JSON list of rendered prompts")
-    shard.add_argument("--start", type=int, required=True, help="first prompt of this shard")
-    shard.add_argument("--stop", type=int, required=True, help="one past the last prompt of this shard")
-    shard.add_argument("--sampling", type=json_argument, required=True, help="Sampling fields (JSON)")
-    shard.add_argument("--engine", type=json_argument, default={}, help="extra LLM() arguments (JSON)")
-    shard.add_argument("--out", required=True, help="output JSON: [repeat][prompt] completions")
+    shard.add_argument("--shards", required=True, help="JSON list of the shard files to generate")
+    shard.add_argument("--claims", required=True, help="folder where engines claim shards (one file each)")
 
     score = add_command(
         commands,

