@@ -5,8 +5,8 @@ chat template (the toy bases ship their hubs' kinds instead: ``modeling.moonligh
 ``modeling.deepseek_v2``, ``modeling.qwen3``); message content is delimited by special tokens
 only, which makes ``answer_span_mask``'s labels exact: ``0`` (Q), ``1`` (A), ``-1`` (no span),
 the convention of ``workflow_scripts.routing``. The span labels and the template analysis take
-any of them, also a Python-backend tokenizer, which has no offsets (Moonlight's remote code). torch and transformers are imported inside functions, so importing
-this module is cheap.
+any of them, also a Python-backend tokenizer, which has no offsets (Moonlight's remote code).
+torch and transformers are imported inside functions, so importing this module is cheap.
 """
 
 from __future__ import annotations
