@@ -437,7 +437,11 @@ def stop() -> None:
         return
     os.environ.pop(SOCKET_VARIABLE)
     _running.terminate()
-    _running.wait(timeout=30)
+    try:
+        _running.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # SIGTERM waits for a C call (an import of torch on a loaded machine)
+        _running.kill()  # its jobs' group leaders see it gone and kill their groups
+        _running.wait()
     _running = None
 
 
