@@ -76,8 +76,8 @@ def test_the_config_is_the_hubs_and_transformers_loads_the_byte_level_file_as_it
 def test_llamas_own_class_would_tokenize_the_byte_level_file_differently(tokenizer, folder):
     """What the class name hides: LlamaTokenizer rebuilds a Metaspace pipeline over the same vocabulary.
 
-    transformers before the release that routes the name to ``TokenizersBackend`` (5.19, the
-    evaluation environment's; 5.12, Megatron's) loads this class for this config.
+    Every environment's transformers (5.24, the vLLM environment's 5.19, Megatron's 5.12.1)
+    routes the name over a byte-level file to ``TokenizersBackend``; this is what that routing avoids.
     """
     from transformers import LlamaTokenizer
 

@@ -99,14 +99,10 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 #: Moonlight's remote-code tiktoken class, DeepSeek-V2-Lite's and Qwen3's own names.
 TOKENIZER_CLASSES = {"deepseek_v3": "TikTokenTokenizer", "deepseek_v2": "LlamaTokenizerFast",
                      "qwen3_moe": "Qwen2Tokenizer"}  # fmt: skip
-#: The class transformers loads for it in the training environment (5.24), which reads a
-#: ``LlamaTokenizer`` name over a byte-level ``tokenizer.json`` as ``TokenizersBackend``: the file
-#: as it is. Earlier releases, 5.19 among them, load ``LlamaTokenizer`` itself, which rebuilds a
-#: Metaspace pipeline over the byte-level vocabulary and drops spaces and non-ASCII text.
+#: The class transformers loads for it, in this environment (5.19) as in training's (5.24): a
+#: ``LlamaTokenizer`` name over a byte-level ``tokenizer.json`` is read as the file is.
 LOADED_CLASSES = {"deepseek_v3": "TikTokenTokenizer", "deepseek_v2": "TokenizersBackend",
                   "qwen3_moe": "Qwen2Tokenizer"}  # fmt: skip
-#: Whether this transformers routes a ``LlamaTokenizer`` name over a byte-level file to the file.
-READS_BYTE_LEVEL_LLAMA_NAME = hasattr(transformers.TokenizersBackend, "_tokenizer_json_has_byte_level")
 
 
 def test_checkpoints_come_from_another_transformers(checkpoints):
@@ -119,11 +115,8 @@ def test_checkpoints_come_from_another_transformers(checkpoints):
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_this_reader_loads_each_tokenizer_as_the_writer_does(checkpoints, architecture, request):
-    """Class and text round trip; DeepSeek-V2's byte-level file under its hub's name is the open case."""
-    if architecture == "deepseek_v2" and not READS_BYTE_LEVEL_LLAMA_NAME:
-        reason = f"transformers {transformers.__version__} loads the name as a Metaspace LlamaTokenizer"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+def test_this_reader_loads_each_tokenizer_as_the_writer_does(checkpoints, architecture):
+    """Class and text round trip, DeepSeek-V2's byte-level file under its hub's Llama name included."""
     _, tokenizer = load_local(checkpoints[architecture])
     assert type(tokenizer).__name__ == LOADED_CLASSES[architecture]
     text = "naïve words, spaced out: 12 + 30"
