@@ -55,14 +55,16 @@ def write_base(arch: str, out: Path) -> None:
 def inspect(checkpoint: Path, input_ids: np.ndarray, out: Path) -> None:
     """Write logits, chat rendering and state-dict keys of ``checkpoint`` into ``out``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint, local_files_only=True, dtype=torch.float32)
     model.eval()
     with torch.no_grad():
         np.save(out / "logits.npy", model(torch.from_numpy(input_ids)).logits.numpy())  # (B, S, V)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True)
+        tokenizer = load_tokenizer(checkpoint)
         rendered = tokenizer.apply_chat_template(CHAT, tokenize=False)
     except OSError as error:  # the test compares renderings: a checkpoint whose tokenizer fails says why
         rendered = f"tokenizer does not load: {error}"

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from tests.dag import toy_rows  # noqa: E402
+from tests.tokenizer_cases import offset_reference_spans, rows_with  # noqa: E402
 from workflow_scripts.evaluate.generation import stop_ids  # noqa: E402
 from workflow_scripts.modeling import deepseek_v2  # noqa: E402
 from workflow_scripts.modeling import tokenizer as tk  # noqa: E402
@@ -26,20 +26,11 @@ from workflow_scripts.train.megatron.vocabulary import check_vocabulary, named_t
 
 BOS, EOS = deepseek_v2.BOS_TOKEN, deepseek_v2.EOS_TOKEN
 
-#: Rows a span labeller could get wrong: non-ASCII and astral characters, newlines, digit runs,
-#: the template's own text, DeepSeek's eos inside an answer, an empty prompt, edge spaces.
-AWKWARD = [
-    ("naïve ✓ 😀 what is 2+2?", "4\n\nso 😀 ✓ 12345"),
-    ("User: quoted", f"Assistant: said {EOS} early"),
-    ("", "an empty prompt"),
-    ("  spaces around  ", " x "),
-]
-
 
 @pytest.fixture(scope="module")
 def rows() -> list[tuple[str, str]]:
-    prompts, answers = toy_rows(16)
-    return [*zip(prompts, answers, strict=True), *AWKWARD]
+    """The shared rows, and DeepSeek's template text and eos inside the texts."""
+    return rows_with(("User: quoted", f"Assistant: said {EOS} early"))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +41,7 @@ def folder(tmp_path_factory, rows) -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer(folder):
-    return deepseek_v2.load_tokenizer(folder)
+    return tk.load_tokenizer(folder)
 
 
 @pytest.fixture(scope="module")
@@ -130,23 +121,11 @@ def test_the_template_renders_deepseeks_pieces(tokenizer):
 
 
 def _reference_spans(reference: Tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
-    """The labelling rule on the row spelled from DeepSeek-V2-Lite's template text, with its own offsets."""
-    before = f"{BOS}User: "
-    between = "\n\nAssistant: "
-    text = before + prompt + between + answer + EOS
-    q = (len(before), len(before) + len(prompt))
-    a = (q[1] + len(between), q[1] + len(between) + len(answer))
-    encoding = reference.encode(text, add_special_tokens=False)
+    """The row spelled from DeepSeek-V2-Lite's template text."""
     special = {reference.token_to_id(BOS), reference.token_to_id(EOS)}
-    spans = []
-    for token, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
-        q_overlap = max(0, min(end, q[1]) - max(start, q[0]))
-        a_overlap = max(0, min(end, a[1]) - max(start, a[0]))
-        if token in special or end <= start or not (q_overlap or a_overlap):
-            spans.append(tk.NO_SPAN)
-        else:
-            spans.append(tk.Q_SPAN if q_overlap >= a_overlap else tk.A_SPAN)
-    return encoding.ids, spans
+    return offset_reference_spans(
+        reference, special, (f"{BOS}User: ", "\n\nAssistant: ", EOS), prompt, answer
+    )
 
 
 def test_span_labels_are_the_references_and_a_cut_keeps_a_prefix(tokenizer, reference, rows):

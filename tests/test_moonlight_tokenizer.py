@@ -18,25 +18,16 @@ import pytest
 pytest.importorskip("transformers")
 tiktoken = pytest.importorskip("tiktoken")
 
-from tests.dag import toy_rows  # noqa: E402
+from tests.tokenizer_cases import rows_with  # noqa: E402
 from workflow_scripts.modeling import moonlight  # noqa: E402
 from workflow_scripts.modeling import tokenizer as tk  # noqa: E402
 from workflow_scripts.modeling.batches import Example, labels_for  # noqa: E402
 
-#: Rows a span labeller could get wrong: non-ASCII and astral characters, a split multi-byte
-#: character, newlines, the template's own marker text, a Kimi special token in the answer.
-AWKWARD = [
-    ("naïve ✓ 😀 what is 2+2?", "4\n\nso 😀 ✓"),
-    ("user<|im_middle|> quoted", "assistant said <|im_end|> early"),
-    ("", "an empty prompt"),
-    ("  spaces around  ", " x "),
-]
-
 
 @pytest.fixture(scope="module")
 def rows() -> list[tuple[str, str]]:
-    prompts, answers = toy_rows(16)
-    return [*zip(prompts, answers, strict=True), *AWKWARD]
+    """The shared rows, and Kimi's marker and end of turn inside the texts."""
+    return rows_with(("user<|im_middle|> quoted", "assistant said <|im_end|> early"))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +39,7 @@ def folder(tmp_path_factory, rows) -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer(folder):
-    return moonlight.load_tokenizer(folder)
+    return tk.load_tokenizer(folder)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +126,7 @@ def test_a_saved_copy_loads_to_the_same_tokenizer(tokenizer, rows, tmp_path):
     """What the toy base, a trained checkpoint and an export ship: remote code, ranks, template."""
     tokenizer.save_pretrained(tmp_path)
     assert {"tokenization_moonshot.py", moonlight.RANK_FILE} <= {p.name for p in tmp_path.iterdir()}
-    copy = moonlight.load_tokenizer(tmp_path)
+    copy = tk.load_tokenizer(tmp_path)
     assert not copy.is_fast and len(copy) == len(tokenizer)
     assert copy.chat_template == tokenizer.chat_template == moonlight.CHAT_TEMPLATE
     for prompt, answer in rows:
@@ -188,7 +179,7 @@ def test_a_template_whose_text_merges_with_the_content_is_refused_without_offset
     for file in folder.iterdir():
         (tmp_path / file.name).write_bytes(file.read_bytes())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
-    other = moonlight.load_tokenizer(tmp_path)
+    other = tk.load_tokenizer(tmp_path)
     with pytest.raises(ValueError, match="no offsets"):
         tk.answer_span_mask(other, "what is two", "the answer is four")
 

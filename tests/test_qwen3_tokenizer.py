@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX  # noqa: E402
 
-from tests.dag import toy_rows  # noqa: E402
+from tests.tokenizer_cases import offset_reference_spans, rows_with  # noqa: E402
 from workflow_scripts.evaluate.generation import stop_ids  # noqa: E402
 from workflow_scripts.modeling import qwen3  # noqa: E402
 from workflow_scripts.modeling import tokenizer as tk  # noqa: E402
@@ -46,21 +46,14 @@ HUB_IDS = {
 nfc = partial(unicodedata.normalize, "NFC")
 NOT_SPECIAL = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 
-#: Rows a span labeller could get wrong: non-ASCII, astral and decomposed characters (NFC),
-#: newlines, digits, the template's own text, Qwen3's end of turn inside an answer.
-AWKWARD = [
-    ("naïve ✓ 😀 what is 2+2?", "4\n\nso 😀 ✓ 12345"),
-    ("user<|im_start|> quoted", "assistant said <|im_end|> early"),
-    ("", "an empty prompt"),
-    ("  spaces around  ", " x "),
-    ("cafe\u0301 decomposed", "e\u0301 too"),
-]
-
 
 @pytest.fixture(scope="module")
 def rows() -> list[tuple[str, str]]:
-    prompts, answers = toy_rows(16)
-    return [*zip(prompts, answers, strict=True), *AWKWARD]
+    """The shared rows, Qwen3's markers and end of turn inside the texts, and decomposed characters (NFC)."""
+    return rows_with(
+        ("user<|im_start|> quoted", "assistant said <|im_end|> early"),
+        ("cafe\u0301 decomposed", "e\u0301 too"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +64,7 @@ def folder(tmp_path_factory, rows) -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer(folder):
-    return qwen3.load_tokenizer(folder)
+    return tk.load_tokenizer(folder)
 
 
 @pytest.fixture(scope="module")
@@ -163,23 +156,14 @@ def test_the_template_renders_qwen3s_pieces(tokenizer):
 
 
 def _reference_spans(reference: Tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
-    """The labelling rule on the row spelled from Qwen3's template text, with the reference's offsets."""
-    before = "<|im_start|>user\n"
-    between = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    text = before + prompt + between + answer + "<|im_end|>\n"
-    q = (len(before), len(before) + len(prompt))
-    a = (q[1] + len(between), q[1] + len(between) + len(answer))
-    encoding = reference.encode(text, add_special_tokens=False)
+    """The row spelled from Qwen3's template text."""
     special = {reference.token_to_id(name) for name in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")}
-    spans = []
-    for token, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
-        q_overlap = max(0, min(end, q[1]) - max(start, q[0]))
-        a_overlap = max(0, min(end, a[1]) - max(start, a[0]))
-        if token in special or end <= start or not (q_overlap or a_overlap):
-            spans.append(tk.NO_SPAN)
-        else:
-            spans.append(tk.Q_SPAN if q_overlap >= a_overlap else tk.A_SPAN)
-    return encoding.ids, spans
+    pieces = (
+        "<|im_start|>user\n",
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "<|im_end|>\n",
+    )
+    return offset_reference_spans(reference, special, pieces, prompt, answer)
 
 
 def test_span_labels_are_the_references_and_a_cut_keeps_a_prefix(tokenizer, reference, rows):

@@ -106,7 +106,8 @@ def test_the_import_takes_the_toy_moonlight_whose_tokenizer_is_longer_than_its_m
     """The remote-code tokenizer as ``megatron-import`` and the training load it."""
     from tests.chat_families import moonlight_remote_tokenizer
     from tests.dag import toy_rows
-    from workflow_scripts.modeling.moonlight import load_tokenizer, model_vocab_size
+    from workflow_scripts.modeling.moonlight import model_vocab_size
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
     prompts, answers = toy_rows()
     tokenizer = moonlight_remote_tokenizer(prompts + answers, tmp_path / "tokenizer")

@@ -636,9 +636,9 @@ def compare_losses(
 
 def probe_ids(checkpoint: Path) -> np.ndarray:
     """Token ids ``(2, S)`` of two chat-templated split rows, the text the trained model saw."""
-    from transformers import AutoTokenizer
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True)
+    tokenizer = load_tokenizer(checkpoint)
     split = arithmetic_split(2)
     rows = [
         tokenizer.apply_chat_template(

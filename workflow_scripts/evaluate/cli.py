@@ -132,13 +132,12 @@ def _write_items(items: Any, out: str) -> None:
 
 def _prompts(checkpoint: str, items: Any) -> list[str]:
     """Each item's F.3 template rendered through the checkpoint's own chat template."""
-    from transformers import AutoTokenizer
-
     from workflow_scripts.evaluate.generation import chat_prompts
     from workflow_scripts.evaluate.templates import render
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
     # Moonlight ships its own (tiktoken-based) tokenizer code with the checkpoint.
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True)
+    tokenizer = load_tokenizer(checkpoint)
     return chat_prompts(tokenizer, (render(item) for _, item in items.iterrows()))
 
 

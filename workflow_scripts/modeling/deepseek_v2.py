@@ -8,7 +8,7 @@ naming ``LlamaTokenizerFast`` with ``add_bos_token`` true, eos as pad, no unk, a
 from the toy corpus. The class name does not say what loads: transformers 5.24 reads a
 ``LlamaTokenizer`` name over a byte-level ``tokenizer.json`` as ``TokenizersBackend`` (the file
 as it is, bos added by ``add_bos_token``), while ``LlamaTokenizer`` itself would rebuild a
-SentencePiece-style Metaspace pipeline; ``load_tokenizer`` is the pipeline's load.
+SentencePiece-style Metaspace pipeline; ``modeling.tokenizer.load_tokenizer`` is the pipeline's load.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workflow_scripts.modeling import bpe
+from workflow_scripts.modeling.tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -121,13 +122,6 @@ def write_tokenizer(folder: str | Path, texts: Iterable[str], ranks: int) -> Pat
     }
     bpe.write_json(folder / "tokenizer_config.json", config)
     return folder
-
-
-def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer of a folder, loaded as the pipeline loads every checkpoint's: AutoTokenizer, offline."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True, local_files_only=True)
 
 
 def deepseek_v2_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:

@@ -18,6 +18,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workflow_scripts.modeling import bpe
+from workflow_scripts.modeling.tokenizer import load_tokenizer
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -85,24 +88,15 @@ def train_ranks(texts: Iterable[str], size: int, min_frequency: int = 2) -> list
     tokens or when no pair reaches ``min_frequency``. The result is a function of the texts and
     arguments only.
     """
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+    from tokenizers import Regex, pre_tokenizers
 
-    if size <= 256:
-        raise ValueError(f"a rank table of {size} tokens leaves no merge above the 256 bytes")
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
+    pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(PATTERN), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    trainer = trainers.BpeTrainer(
-        vocab_size=size,
-        min_frequency=min_frequency,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(texts, trainer=trainer)
+    backend = bpe.train_bpe(texts, size, pre_tokenizer, min_frequency)
     byte_of = {char: byte for byte, char in _byte_level_chars().items()}
     tokens = [bytes([byte]) for byte in range(256)]
     for left, right in json.loads(backend.to_str())["model"]["merges"]:
@@ -156,13 +150,6 @@ def write_tokenizer(folder: str | Path, tokens: Sequence[bytes]) -> Path:
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     return folder
-
-
-def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer of a folder, loaded as the hub's Moonlight is: its remote code, offline."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True, local_files_only=True)
 
 
 def moonlight_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workflow_scripts.modeling import bpe
+from workflow_scripts.modeling.tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -229,13 +230,6 @@ def write_tokenizer(folder: str | Path, texts: Iterable[str], ranks: int) -> Pat
     }
     bpe.write_json(folder / "tokenizer_config.json", config)
     return folder
-
-
-def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer of a folder, loaded as the pipeline loads every checkpoint's: AutoTokenizer, offline."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True, local_files_only=True)
 
 
 def qwen3_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:

@@ -12,6 +12,7 @@ torch and transformers are imported inside functions, so importing this module i
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +33,18 @@ SPECIAL_TOKENS: tuple[str, ...] = (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, SYSTEM_TOKEN
 Q_SPAN = 0
 A_SPAN = 1
 NO_SPAN = -1
+
+
+def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
+    """A checkpoint's tokenizer as every stage loads it: AutoTokenizer, offline, with the hub's code.
+
+    Moonlight ships its tokenizer class as remote code (``trust_remote_code``); one function so
+    that priors, training, Bridge's import and export and generation all meet the same object.
+    """
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True, local_files_only=True)
+
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"

@@ -362,12 +362,14 @@ def load_local(
     (default ``dtype="auto"``: the saved float32). A damaged ``.safetensors`` file is an
     error naming it (``check_weight_files``).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
     check_weight_files(path)
     model_kwargs.setdefault("dtype", "auto")
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **model_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=True)
+    tokenizer = load_tokenizer(path)
     return model, tokenizer
 
 

@@ -218,11 +218,9 @@ def _claim(args: argparse.Namespace) -> None:
     kinds = input_kinds(MEGATRON_FOLDERS)
     digests = verify_inputs(_given_inputs(args), digest_all=True, kinds=kinds, labels=args.option_labels)
     if args.prior_meta:
-        from transformers import AutoTokenizer
+        from workflow_scripts.modeling.tokenizer import load_tokenizer
 
-        template = AutoTokenizer.from_pretrained(
-            args.hf_base, local_files_only=True, trust_remote_code=True
-        ).chat_template
+        template = load_tokenizer(args.hf_base).chat_template
         split_sha256, model_sha256 = digests["split"]["sha256"], digests["hf_base"]["sha256"]
         check_prior_matches(meta, args.split, args.hf_base, template, split_sha256, model_sha256)
         check_prior_file(meta, args.prior, args.condition.get("prior"), shuffle_record(args))

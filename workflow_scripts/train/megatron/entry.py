@@ -221,9 +221,9 @@ def run_megatron(args: argparse.Namespace) -> None:
     import numpy as np
     import pandas as pd
     from megatron.bridge.training.finetune import finetune
-    from transformers import AutoTokenizer
 
     from workflow_scripts.file_formats.prior import load_prior
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
     from workflow_scripts.train.condition import objective_for
     from workflow_scripts.train.megatron.dataset import bridge_chat_template
     from workflow_scripts.train.megatron.spans import span_table
@@ -231,7 +231,7 @@ def run_megatron(args: argparse.Namespace) -> None:
 
     # The prior's chain (split, base, template -> prior) was checked by the claim, once per job.
     objective, _ = objective_for(args)
-    tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
+    tokenizer = load_tokenizer(args.hf_base)
     rows = check_vocabulary(
         tokenizer, json.loads((Path(args.hf_base) / "config.json").read_text()), Path(args.hf_base)
     )
@@ -305,11 +305,11 @@ def import_base(args: argparse.Namespace) -> None:
     ``import_ckpt`` would pass the flag to the model's config too, which Bridge's Moonlight
     recipe reads without it.
     """
-    from transformers import AutoTokenizer
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
     hf_config = json.loads((Path(args.hf_base) / "config.json").read_text())
     check_convertible(hf_config)
-    tokenizer = AutoTokenizer.from_pretrained(args.hf_base, local_files_only=True, trust_remote_code=True)
+    tokenizer = load_tokenizer(args.hf_base)
     check_vocabulary(tokenizer, hf_config, Path(args.hf_base))
     from megatron.bridge import AutoBridge
 
@@ -359,7 +359,8 @@ def export_hf(args: argparse.Namespace) -> None:
     config without, as for the import.
     """
     from megatron.bridge import AutoBridge
-    from transformers import AutoTokenizer
+
+    from workflow_scripts.modeling.tokenizer import load_tokenizer
 
     os.environ.setdefault("MASTER_PORT", free_port())
     tracker = Path(args.megatron) / resume.TRACKER
@@ -368,9 +369,7 @@ def export_hf(args: argparse.Namespace) -> None:
     staging = out.with_name(out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     bridge = AutoBridge.from_hf_pretrained(str(args.hf_base))
-    bridge.hf_pretrained.tokenizer = AutoTokenizer.from_pretrained(
-        args.hf_base, local_files_only=True, trust_remote_code=True
-    )
+    bridge.hf_pretrained.tokenizer = load_tokenizer(args.hf_base)
     bridge.export_ckpt(str(resume.iteration_dir(Path(args.megatron), iteration)), str(staging))
     for source in carried_from_base(Path(args.hf_base), staging):
         shutil.copy2(source, staging / source.name)
