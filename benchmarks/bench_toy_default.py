@@ -31,6 +31,10 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.dag import copy_checkout  # noqa: E402
+
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 START = re.compile(r"^(?:local)?rule (\w+):$")
 JOBID = re.compile(r"^    jobid: (\d+)$")
@@ -67,15 +71,9 @@ def parse(log: str) -> tuple[dict[str, list[tuple[float, int]]], float]:
 
 def run_fresh(fork_server: bool) -> tuple[str, float]:
     """Run the toy default in a scratch copy of the tracked and untracked-but-not-ignored files."""
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
     scratch = Path(tempfile.mkdtemp(prefix="rpb-toy-"))
     try:
-        for name in files:
-            target = scratch / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, target)
+        copy_checkout(scratch)
         switch = [] if fork_server else ["--config", "fork_server=false"]
         started = time.perf_counter()
         # Jobs call ``python``: the interpreter running this script must come first on PATH.
