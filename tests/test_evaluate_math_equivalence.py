@@ -79,6 +79,10 @@ def scripted_checker():
         (r"\frac{\sqrt3}2", r"\frac{\sqrt{3}}{2}"),
         (r"\frac\pi2", r"\frac{\pi}{2}"),
         (r"\sqrt[3]{2}", r"\sqrt[3]{2}"),
+        (r"\sqrt[3]2", r"\sqrt[3]{2}"),
+        (r"2\sqrt[4] 3", r"2\sqrt[4]{3}"),
+        (r"\frac1{\sqrt[3]2}", r"\frac{1}{\sqrt[3]{2}}"),
+        (r"\sqrt[3", r"\sqrt[3"),
         (r"3\!\cdot\,2", r"3\cdot2"),
         (r"x + .5", "x+0.5"),
         ("1/0", "1/0"),
@@ -135,6 +139,29 @@ def test_decide_rule():
 )
 def test_verify_pair(gold, predicted, expected):
     assert verify_pair(gold, predicted) is expected
+
+
+# math-verify's own table has "Malformed sqrt works": ``\sqrt3`` equals ``\sqrt{3}``. An indexed
+# root is the same malformation, which math-verify alone leaves unparsed: both checks (math-verify
+# and the normalised fallback) equal it to the braced form, in both directions.
+INDEXED_ROOTS = [
+    (r"\sqrt{3}", r"\sqrt3", True),
+    (r"\sqrt[3]{2}", r"\sqrt[3]2", True),
+    (r"\sqrt[3]2", r"\sqrt[3]{2}", True),
+    (r"2\sqrt[3]{2}", r"2\sqrt[3]2", True),
+    (r"2\sqrt[3]2", r"2\sqrt[3]{2}", True),
+    (r"\sqrt[4]{3}", r"\sqrt[4]3", True),
+    (r"\sqrt[4]3", r"\sqrt[4]{3}", True),
+    (r"\sqrt[3]{2}", r"\sqrt[3]3", False),
+    (r"\sqrt[3]2", r"\sqrt2", False),
+    (r"\sqrt[4]3", r"\sqrt[3]3", False),
+]
+
+
+@pytest.mark.parametrize(("gold", "predicted", "expected"), INDEXED_ROOTS)
+def test_indexed_roots_with_a_bare_argument(gold, predicted, expected):
+    assert verify_pair(gold, predicted) is expected
+    assert normalized_match(gold, predicted) is expected
 
 
 @pytest.mark.parametrize(("gold", "predicted"), [("3", ""), ("3", r"\frac{"), ("", "3")])

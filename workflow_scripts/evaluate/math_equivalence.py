@@ -54,6 +54,8 @@ BARE_DECIMAL = re.compile(r"(?<![\d}])\.(?=\d)")
 INTEGER_OR_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 THOUSANDS_NUMBER = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 SLASH_FRACTION = re.compile(r"([+-]?\d+)/(\d+)")
+# The longest root index read (``\\sqrt[n]``): brackets not closed within it are left as written.
+ROOT_INDEX_CHARS = 64
 LATEX_FRACTION = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}")
 
 
@@ -121,10 +123,25 @@ def _argument(text: str, start: int) -> tuple[str, int] | None:
     return text[start], start + 1
 
 
-def _fix_macro_arguments(text: str) -> str:
+def _closing_bracket(text: str, start: int) -> int | None:
+    """The position of the ``]`` closing the ``[`` at ``start`` (nested brackets and braces counted),
+    None if it is not within ``ROOT_INDEX_CHARS`` (a root's index is short; the bound keeps many
+    unclosed ones linear)."""
+    depth = 0
+    for position in range(start, min(len(text), start + ROOT_INDEX_CHARS)):
+        depth += text[position] in "[{"
+        depth -= text[position] in "]}"
+        if depth == 0:
+            return position
+    return None
+
+
+def _fix_macro_arguments(text: str, indexed_roots_only: bool = False) -> str:
     """Brace the arguments of ``\\frac`` and ``\\sqrt`` (``\\frac12`` -> ``\\frac{1}{2}``).
 
-    Arguments are fixed recursively; ``\\sqrt[n]{x}`` with an index is left as written.
+    Arguments are fixed recursively; a root's index is kept as written and its argument braced
+    (``\\sqrt[3]2`` -> ``\\sqrt[3]{2}``). ``indexed_roots_only``: brace only the arguments of
+    indexed roots, the one malformed macro math-verify does not fix itself.
     """
     out: list[str] = []
     position = 0
@@ -133,8 +150,14 @@ def _fix_macro_arguments(text: str) -> str:
             continue
         arity = 2 if match.group(1) == "frac" else 1
         cursor = match.end()
+        index = ""
         if arity == 1 and cursor < len(text) and text[cursor] == "[":
-            continue  # \sqrt[n]{x}: an optional index, left as written
+            close = _closing_bracket(text, cursor)
+            if close is None:
+                continue
+            index, cursor = text[cursor : close + 1], close + 1
+        if indexed_roots_only and not index:
+            continue
         arguments: list[str] = []
         for _ in range(arity):
             argument = _argument(text, cursor)
@@ -144,8 +167,10 @@ def _fix_macro_arguments(text: str) -> str:
             cursor = argument[1]
         if len(arguments) < arity:
             continue
-        braced = "".join("{" + _fix_macro_arguments(argument) + "}" for argument in arguments)
-        out.append(text[position : match.start()] + match.group(0) + braced)
+        braced = "".join(
+            "{" + _fix_macro_arguments(argument, indexed_roots_only) + "}" for argument in arguments
+        )
+        out.append(text[position : match.start()] + match.group(0) + index + braced)
         position = cursor
     out.append(text[position:])
     return "".join(out)
@@ -222,10 +247,12 @@ def _parse_answer(answer: str) -> list:
 
     math-verify's ``parse`` extracts expressions from free text, where a bare ``3`` or ``\\frac{1}{2}``
     is not recognised reliably; a boxed answer is its highest-priority LaTeX target. Only parsed SymPy
-    objects are kept (no string fallback), so an unparseable side means "no verdict".
+    objects are kept (no string fallback), so an unparseable side means "no verdict". An indexed
+    root's bare argument is braced first (``\\sqrt[3]2``), which math-verify parses to nothing,
+    as it braces ``\\sqrt3`` itself (its test table: ``\\sqrt3`` equals ``\\sqrt{3}``).
     """
     return parse(
-        f"\\boxed{{{answer}}}",
+        f"\\boxed{{{_fix_macro_arguments(answer, indexed_roots_only=True)}}}",
         fallback_mode="no_fallback",
         parsing_timeout=MATH_VERIFY_TIMEOUT_S,
         raise_on_error=True,
