@@ -809,3 +809,21 @@ def test_hostile_corpus_is_complete():
     assert names == tested
     for path in HOSTILE.glob("*.py"):
         assert path.read_text().startswith('"""'), path
+
+
+def test_an_interpreter_reached_through_a_private_directory_is_named(namespaces: Mode, tmp_path: Path):
+    """A venv linked from under /tmp is run by its /tmp path, which the sandbox empties.
+
+    The launcher once failed with a bare FileNotFoundError; the refusal names the interpreter and
+    the directory that hides it, before any program starts.
+    """
+    link = tmp_path / "linked-env"
+    link.symlink_to(sys.prefix, target_is_directory=True)
+    python = link / "bin" / "python"
+    script = (
+        "from workflow_scripts.evaluate import sandbox\n"
+        "sandbox.run(sandbox.Job('print(1)'), isolation=sandbox.Isolation.NAMESPACES)\n"
+    )
+    done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode != 0
+    assert f"the interpreter {python} lies under /tmp, which the sandbox replaces" in done.stderr

@@ -542,6 +542,22 @@ def _hidden_dirs(interpreter: Sequence[str], isolation: Isolation) -> list[str]:
     return sorted(d for d in candidates if os.path.isdir(d) and not os.path.islink(d))
 
 
+def _check_interpreter_visible(mounts: Sequence[tuple[str, str]], expose: Sequence[str]) -> None:
+    """Refuse, naming it, an interpreter reached through a directory the sandbox empties.
+
+    The program runs ``sys.executable`` as invoked; a virtual environment under ``/tmp`` (or a
+    link to one from there) is found by that path, which the private tmpfs replaces, and the
+    launcher would fail with a bare ``FileNotFoundError``.
+    """
+    command = os.path.abspath(sys.executable)
+    for mount, _ in mounts:
+        if _within(command, mount) and not any(_within(command, shown) for shown in expose):
+            raise SandboxError(
+                f"the interpreter {command} lies under {mount}, which the sandbox replaces by an empty "
+                "directory: run the pipeline from an environment outside it"
+            )
+
+
 def _plan(
     workdir: str,
     uid: int | None,
@@ -560,6 +576,7 @@ def _plan(
         mounts, expose = mount_plan(
             private, _hidden_dirs(interpreter, isolation), interpreter, limits.file_size_mb
         )
+        _check_interpreter_visible(mounts, expose)
         owner = "" if uid is None else f"uid={uid},gid={uid},"
         mounts.append((workdir, f"mode=0700,{owner}size={limits.file_size_mb}m,nr_inodes={TMPFS_INODES}"))
     return Plan(
