@@ -1,5 +1,10 @@
 # Raw sources -> scored, selected corpora with held-out probe pools (F.2, F.8).
 
+# Downloads run on the submit host, which has the internet and HF_TOKEN (compute nodes often have
+# neither): no SLURM job (docs/paper-scale.md).
+localrules:
+    download_dataset,
+
 
 rule download_dataset:
     output:

@@ -1,5 +1,10 @@
 # Benchmarks -> items -> one suite; checkpoints -> sampled generations -> graded scores and avg@5 (§4, F.3-F.5).
 
+# Downloads run on the submit host, which has the internet and HF_TOKEN (compute nodes often have
+# neither): no SLURM job (docs/paper-scale.md).
+localrules:
+    download_benchmark,
+
 
 rule download_benchmark:
     output:

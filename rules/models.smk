@@ -1,5 +1,10 @@
 # Base models: pinned hub checkpoints (paper scale) or briefly pretrained toy models (toy scale).
 
+# Downloads run on the submit host, which has the internet and HF_TOKEN (compute nodes often have
+# neither): no SLURM job (docs/paper-scale.md).
+localrules:
+    download_model,
+
 
 rule download_model:
     output:

@@ -252,3 +252,31 @@ def test_start_sweeps_sockets_of_servers_killed_outright(tmp_path):
     forkserver._remove_stale_servers(str(tmp_path))
     assert not folders[0].exists()
     assert (folders[1] / "jobs.sock").is_socket()  # may be a server between bind and listen
+
+
+def test_the_socket_appears_only_once_it_listens(tmp_path):
+    """``start`` and every client take the socket's path for a listener.
+
+    The server is slowed between bind and listen (a loaded machine), and the client connects the
+    moment the path exists: a path that appeared at bind refused it, and the job's status was lost.
+    """
+    socket_path = tmp_path / "server" / "jobs.sock"
+    socket_path.parent.mkdir()
+    slowed = (
+        "import socket, sys, time\n"
+        "listen = socket.socket.listen\n"
+        "socket.socket.listen = lambda self, *a: (time.sleep(1), listen(self, *a))[1]\n"
+        "from workflow_scripts import forkserver\n"
+        "forkserver.serve(sys.argv[1], int(sys.argv[2]))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", slowed, str(socket_path), str(os.getpid())], cwd=ROOT,
+                               env=JOB_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_path.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.001)
+        assert forkserver.forward(str(socket_path), "workflow_scripts", ["--help"]) == 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)

@@ -378,8 +378,13 @@ def serve(socket_path: str, parent: int) -> None:
     if remove_stale(socket_path):
         _log(f"removed a stale socket at {socket_path}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
+    # Bound under another name and renamed once listening: ``start`` and clients take the path's
+    # existence for a listener, and a connect between bind and listen would be refused.
+    binding = f"{socket_path}.binding"
+    Path(binding).unlink(missing_ok=True)  # left by a server killed in this window
+    listener.bind(binding)
     listener.listen(64)
+    os.rename(binding, socket_path)
     server = Server(listener, parent)
     stopping: list[int] = []
 

@@ -23,7 +23,8 @@ DB_PORT="${RPB_SLURM_DB_PORT:-6821}"
 NODES=(n1 n2)
 NODE_PORTS=(6818 6819)  # slurmdbd on 6820 (its default 6819 would clash with n2)
 GPUS_PER_NODE=8
-# Larger than any request in profiles/slurm/config.yaml: train_megatron asks 96 CPUs and 1.6 TB a node.
+# Larger than any request in profiles/slurm/config.yaml: generate and train_megatron ask 64 CPUs,
+# megatron_import 249 GB.
 NODE_CPUS=128
 NODE_MEMORY_MB=2000000
 PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
