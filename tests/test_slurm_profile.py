@@ -102,8 +102,9 @@ def test_gpu_rules_on_the_gpu_partition_cpu_rules_on_a_cpu_partition_each_set_on
 
 
 def test_trainings_ask_what_the_plan_says_they_need(_paper_config, profile):
-    """Per node of an exclusive training: its ranks, the prior and its share of a save, not 1.6 TB for 48 h."""
-    jobs = [job for job in plan(_paper_config, "all", {"openr1math": 94000}).jobs if job.rule == "train_megatron"]
+    """Per node of an exclusive training: its ranks, the prior and its share of a save; not 1.6 TB, 48 h."""
+    planned = plan(_paper_config, "all", {"openr1math": 94000})
+    jobs = [job for job in planned.jobs if job.rule == "train_megatron"]
     training = profile["set-resources"]["train_megatron"]
     need = max(job.memory_gb for job in jobs)
     assert training["mem_mb"] == 1000 * math.ceil(1.25 * need)
@@ -121,10 +122,8 @@ def test_plan_profile_keeps_the_site_values_and_check_names_a_short_runtime(tmp_
     out.write_text(site.replace('"your_cpu_partition"', '"cpu"'))
     assert main(["plan", "profile", "--out", str(out)]) == 0
     written = yaml.safe_load(out.read_text())
-    assert (written["default-resources"]["slurm_account"], written["default-resources"]["slurm_partition"]) == (
-        "rpb",
-        "h200",
-    )
+    default = written["default-resources"]
+    assert (default["slurm_account"], default["slurm_partition"]) == ("rpb", "h200")
     assert written["set-resources"]["score"]["slurm_partition"] == "cpu"
     assert main(["plan", "profile", "--out", str(out), "--check"]) == 0
     capsys.readouterr()
