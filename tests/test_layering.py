@@ -26,7 +26,9 @@ FOUNDATIONS = (
 )
 STAGES = ("data", "models", "priors", "train", "probe", "evaluate", "report", "provenance")
 WORKFLOW = (
-    ("compute_plan", "forkserver", "dag_inputs"),
+    ("plan_costs", "makespan", "forkserver", "dag_inputs"),
+    ("compute_plan",),
+    ("slurm_profile",),
     ("cli", "plan_cli", "envs_cli"),
     ("__main__",),
 )
