@@ -25,8 +25,22 @@ config.update(registry.load_config(CONFIG_FILES, workflow.config_settings.config
 shell.prefix(f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
 
-# Local runs may keep torch imported between jobs (workflow_scripts/forkserver.py).
+# A SLURM run first checks its profile's account, partitions and GPUs, its hub repositories and
+# revisions, and its disk (workflow_scripts/preflight), and stops before its first sbatch when one
+# fails (--no-hooks skips it). A hook, not a job: running again at every start, it never makes a
+# downstream job out of date. Local runs may keep torch imported between jobs (forkserver.py).
 onstart:
+    if workflow.executor_plugin.name == "slurm":
+        import sys
+
+        from snakemake.logging import logger
+
+        from workflow_scripts.preflight.cli import before_slurm_run
+
+        jobs = [(job.rule.name, dict(job.wildcards.items())) for job in workflow.dag.jobs]
+        targets = [rule.name for rule in workflow.dag.targetrules]
+        if stop := before_slurm_run(config, CONFIG_FILES, workflow.dag.targetfiles, targets, jobs, sys.argv, logger.info):
+            raise WorkflowError(stop)
     if config["fork_server"] and workflow.local_exec:  # never for jobs a cluster executor submits
         forkserver.start("logs/forkserver.log")
 

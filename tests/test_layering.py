@@ -29,7 +29,7 @@ WORKFLOW = (
     ("plan_costs", "makespan", "forkserver", "dag_inputs"),
     ("compute_plan",),
     ("slurm_profile",),
-    ("cli", "plan_cli", "envs_cli"),
+    ("cli", "plan_cli", "envs_cli", "preflight"),
     ("__main__",),
 )
 LAYERS = (*FOUNDATIONS, STAGES, *WORKFLOW)

@@ -10,9 +10,16 @@ apptainer, tests/cluster/bin/apptainer, stands for NVIDIA's image: no SLURM insi
 Run by tests/run_slurm.sh, which brings the cluster up and always tears it down.
 
 The CI cluster's account and partition reach the jobs through a second profile layered after the
-paper one: the paper profile's whole ``default-resources`` block with those two values swapped in
-(a later profile, like ``--default-resources`` on the command line, replaces that block as a
-whole). Everything else is the paper profile as shipped, with two command-line overrides (CI_FLAGS).
+paper one: the paper profile's whole ``default-resources`` and ``set-resources`` blocks with its
+placeholders replaced by the cluster's account and partition (a later profile, like
+``--default-resources`` on the command line, replaces a block as a whole). Everything else is the
+paper profile as shipped, with two command-line overrides (CI_FLAGS).
+
+Preflight (workflow_scripts/preflight) runs against the real cluster too: failing on the shipped
+placeholders, a missing partition and an unreachable hub, passing with the CI profile and a
+stand-in hub (tests/hub_server.py, through ``HF_ENDPOINT``), its srun jobs on the emulated GPU
+nodes, and as the first step of every ``--profile slurm`` run: a failure submits nothing, and a
+run that starts again reruns no job for it.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from tests.dag import (
     with_overlay,
 )
 from tests.dag import snakemake as run_snakemake
+from tests.hub_server import TOKEN, HubServer, pinned_overlay, repos_of_config
 from workflow_scripts.train.megatron import ownership
 
 pytestmark = pytest.mark.slurm
@@ -192,13 +200,32 @@ def paper(snapshot) -> dict:
     return yaml.safe_load((snapshot / PAPER_PROFILE).read_text())
 
 
+def filled(value, values: dict):
+    """A profile block with its placeholders (``your_account``, ``your_partition``, ...) replaced."""
+    if isinstance(value, dict):
+        return {key: filled(item, values) for key, item in value.items()}
+    return values.get(value, value) if isinstance(value, str) else value
+
+
+def ci_blocks(paper: dict, cluster: Cluster) -> dict:
+    """The paper profile's resource blocks at the CI cluster: its account, its partition for every rule."""
+    values = {
+        "your_account": cluster.account,
+        "your_partition": cluster.partition,
+        "your_cpu_partition": cluster.partition,
+    }
+    return {
+        block: filled(paper[block], values)
+        for block in ("default-resources", "set-resources")
+        if block in paper
+    }
+
+
 @pytest.fixture(scope="module")
 def ci_profile(cluster, paper, tmp_path_factory) -> Path:
-    """The second profile: the paper profile's default-resources with the CI account and partition."""
-    resources = paper["default-resources"]
-    resources = {**resources, "slurm_account": cluster.account, "slurm_partition": cluster.partition}
+    """The second profile: the paper profile's resource blocks with the CI account and partition."""
     folder = tmp_path_factory.mktemp("ci_profile")
-    (folder / "config.yaml").write_text(yaml.safe_dump({"default-resources": resources}, sort_keys=False))
+    (folder / "config.yaml").write_text(yaml.safe_dump(ci_blocks(paper, cluster), sort_keys=False))
     return folder
 
 
@@ -431,3 +458,198 @@ def test_a_training_never_shares_its_work_folder_with_a_live_job(cluster, tmp_pa
         assert time.monotonic() < deadline, f"SLURM job {job} did not end"
         time.sleep(0.5)
     ownership.take(work)  # the orphan has ended: the folder is free
+
+
+# ---------------------------------------------------------------------------------------- preflight
+
+# A small toy target: the generated GLM-5.1 rows and the math corpus built from them (two jobs).
+CORPUS = "results/data/math20k/train.parquet"
+CHECK = re.compile(r"^(ok|FAIL|skipped) +([^:]+): (.*)$", re.MULTILINE)
+TOY_OVERLAY = ["--overlay", "profiles/local/toy.yaml"]
+
+
+def preflight(work: Path, *args: str, env: dict[str, str] = JOB_ENV) -> subprocess.CompletedProcess:
+    """``python -m workflow_scripts preflight *args`` in ``work``, with the cluster's real SLURM commands."""
+    command = [sys.executable, "-m", "workflow_scripts", "preflight", *args]
+    return subprocess.run(
+        command, cwd=work, env={**env, "PYTHONPATH": str(work)}, capture_output=True, text=True, timeout=600
+    )
+
+
+def checklist(text: str) -> dict[str, tuple[str, str]]:
+    return {match[2]: (match[1], match[3]) for match in CHECK.finditer(text)}
+
+
+@pytest.fixture(scope="module")
+def paper_config(snapshot) -> dict:
+    from workflow_scripts import registry
+
+    return registry.load_config([snapshot / "config.yaml"])
+
+
+def accounted(job_ids: list[str], fields: tuple[str, ...]) -> list[dict[str, str]]:
+    """sacct's allocation rows of ``job_ids``, once slurmdbd has recorded them ended.
+
+    slurmdbd lags slurmctld: a job of srun that has just ended can show first as a bare record
+    (name ``allocation``, no partition), completed a moment later.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        jobs = sacct("--allocations", "--jobs", ",".join(job_ids), fields=("State", "Partition", *fields))
+        ended = [job for job in jobs if job["State"] not in ("PENDING", "RUNNING") and job["Partition"]]
+        if len(ended) == len(job_ids):
+            return [{key: job[key] for key in ("State", *fields)} for job in ended]
+        assert time.monotonic() < deadline, f"sacct has not recorded jobs {job_ids}: {jobs}"
+        time.sleep(1)
+
+
+def paper_overlay(work: Path, config: dict) -> list[str]:
+    """Every hub revision a commit the stand-in hub knows; Megatron trainings on this cluster's two nodes."""
+    overlay = {**pinned_overlay(config), **TWO_NODES}
+    (work / "pinned.yaml").write_text(yaml.safe_dump(overlay))
+    return ["--overlay", "pinned.yaml"]
+
+
+def test_preflight_fails_on_the_shipped_placeholders(snapshot, cluster, tmp_path_factory):
+    work = workdir(snapshot, tmp_path_factory)
+    done = preflight(work, TABLE, *TOY_OVERLAY, "--profile", PROFILE)
+    found = checklist(done.stdout)
+    assert done.returncode == 2, done.stdout + done.stderr
+    status, detail = found["SLURM account your_account"]
+    assert status == "FAIL" and "profiles/slurm/config.yaml: default-resources.slurm_account" in detail
+    assert cluster.account in detail  # sacctmgr's answer: the accounts this user may use
+    status, detail = found["SLURM partition your_partition"]
+    assert status == "FAIL" and "profiles/slurm/config.yaml: default-resources.slurm_partition" in detail
+    assert f"the cluster's: {cluster.partition}" in detail
+    assert done.stderr.strip().splitlines()[-1].startswith("error: preflight: ")
+    print("\n" + done.stdout)
+
+
+def test_preflight_fails_on_a_missing_partition(snapshot, cluster, paper, tmp_path_factory):
+    work = workdir(snapshot, tmp_path_factory)
+    blocks = ci_blocks(paper, cluster)
+    generate = {**blocks["set-resources"]["generate"], "slurm_partition": "h200-long"}
+    blocks["set-resources"]["generate"] = generate
+    (work / "site.yaml").write_text(yaml.safe_dump(blocks))
+    done = preflight(work, TABLE, *TOY_OVERLAY, "--profile", PROFILE, "--profile", "site.yaml")
+    status, detail = checklist(done.stdout)["SLURM partition h200-long"]
+    assert done.returncode == 2 and status == "FAIL"
+    assert detail == (
+        f"does not exist (site.yaml: set-resources.generate.slurm_partition); "
+        f"the cluster's partitions: {cluster.partition}"
+    )
+    assert checklist(done.stdout)[f"SLURM partition {cluster.partition}"][0] == "ok"
+
+
+def test_preflight_fails_when_the_hub_is_unreachable(snapshot, ci_profile, paper_config, tmp_path_factory):
+    """From this host and from a compute node (a real srun job on the CPU partition)."""
+    work = workdir(snapshot, tmp_path_factory)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    env = {**JOB_ENV, "HF_ENDPOINT": url, "HF_TOKEN": TOKEN, "HF_HOME": str(work / "hf")}
+    profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
+    done = preflight(
+        work, "table5", *paper_overlay(work, paper_config), *profiles, "--nodes-reach-hub", env=env
+    )
+    found = checklist(done.stdout)
+    assert done.returncode == 2, done.stdout + done.stderr
+    status, detail = found["Hugging Face hub"]
+    assert status == "FAIL" and f"{url} is unreachable" in detail
+    status, detail = found["compute nodes reach the hub"]
+    assert status == "FAIL" and f"{url} is unreachable on node" in detail and "(job " in detail, detail
+    failed = {name for name, (status, _) in found.items() if status == "FAIL"}
+    assert failed - {"disk"} == {"Hugging Face hub", "compute nodes reach the hub"}
+
+
+def test_preflight_passes_with_the_clusters_account_and_partition(
+    snapshot, cluster, ci_profile, paper_config, tmp_path_factory
+):
+    """Paper scale, Table 5: every check passes or is skipped by choice; the node check ran as a SLURM job."""
+    work = workdir(snapshot, tmp_path_factory)
+    profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
+    with HubServer(repos_of_config(paper_config)) as hub:
+        env = {**JOB_ENV, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HOME": str(work / "hf")}
+        done = preflight(
+            work, "table5", *paper_overlay(work, paper_config), *profiles, "--nodes-reach-hub", env=env
+        )
+    found = checklist(done.stdout)
+    # Everything passes but the disk where this machine has less free than Table 5's 2 TB.
+    disk_status = found["disk"][0]
+    assert disk_status == "ok" or "put results/ on a larger filesystem" in found["disk"][1]
+    assert done.returncode == (0 if disk_status == "ok" else 2), done.stdout + done.stderr
+    skipped = {name for name, (status, _) in found.items() if status == "skipped"}
+    assert skipped == {"SLURM QOS", "GPU software"}, skipped
+    assert {status for name, (status, _) in found.items() if name != "disk"} == {"ok", "skipped"}
+    assert found["GPUs of train_megatron"][1].startswith(
+        f"2 nodes x 2 GPUs (config.yaml training.parallelism) on {cluster.partition}"
+    )
+    assert found["hub revisions"] == ("ok", "all 14 are commits")
+    assert hub.url in found["compute nodes reach the hub"][1]
+    job_id = re.search(r"\(job (\d+)\)", found["compute nodes reach the hub"][1])[1]
+    (job,) = accounted([job_id], fields=("JobName", "Account", "Partition"))
+    assert job == {
+        "State": "COMPLETED",
+        "JobName": "rpb-preflight-hub",
+        "Account": cluster.account,
+        "Partition": cluster.partition,
+    }
+    print("\n" + done.stdout)
+
+
+def test_preflight_gpu_check_runs_a_one_gpu_job_per_environment(
+    snapshot, cluster, ci_profile, tmp_path_factory
+):
+    """This interpreter stands for both environments: it lacks their packages; the emulated GPUs are files."""
+    work = workdir(snapshot, tmp_path_factory)
+    python = ["--megatron-python", sys.executable, "--eval-python", sys.executable]
+    done = preflight(
+        work, TABLE, *TOY_OVERLAY, "--profile", PROFILE, "--profile", str(ci_profile), "--gpu", *python
+    )
+    found = checklist(done.stdout)
+    assert done.returncode == 2
+    job_ids = []
+    for name, modules in (("Megatron", ("megatron.bridge", "transformer_engine")), ("evaluation", ("vllm",))):
+        status, detail = found[f"GPU software ({name})"]
+        assert status == "FAIL" and all(f"{module} not importable" in detail for module in modules), detail
+        assert "no CUDA device" in detail
+        job_ids.append(re.search(r"\(job (\d+)\)", detail)[1])
+    jobs = accounted(job_ids, fields=("JobName", "Account", "Partition", "AllocTRES"))
+    for job in jobs:  # one GPU of the cluster's partition, under the profile's account
+        assert (job["JobName"], job["Account"], job["Partition"]) == (
+            "rpb-preflight-gpu",
+            cluster.account,
+            cluster.partition,
+        )
+        assert tres(job["AllocTRES"])["gres/gpu"] == 1, job
+
+
+def test_a_slurm_run_with_the_placeholders_stops_before_any_sbatch(snapshot, tmp_path_factory):
+    work = workdir(snapshot, tmp_path_factory)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    args = [CORPUS, "--profile", PROFILE, *overlay_configfiles(work, SHORT_BASE), *CI_FLAGS, "--verbose"]
+    done = run_snakemake(work, *args, timeout=TIMEOUT, stderr_into_stdout=True)
+    assert done.returncode != 0
+    found = checklist(done.stdout)
+    assert found["SLURM account your_account"][0] == "FAIL"
+    assert "WorkflowError" in done.stdout and "preflight: " in done.stdout[-3000:]
+    assert "sbatch call" not in done.stdout
+    run_id = re.search(r"SLURM run ID: (\S+)", done.stdout)
+    if run_id:
+        assert sacct("--name", run_id[1], "--starttime", started, fields=("JobID",)) == []
+    assert not (work / CORPUS).exists()
+
+
+def test_preflight_runs_first_at_every_start_and_reruns_no_job(snapshot, ci_profile, tmp_path_factory):
+    """A hook, not a job: a second start checks again, and only the job whose output was removed reruns."""
+    work = workdir(snapshot, tmp_path_factory)
+    profiles = ["--profile", PROFILE, "--profile", str(ci_profile)]
+    args = [CORPUS, *profiles, *overlay_configfiles(work, SHORT_BASE), *CI_FLAGS, "--verbose"]
+    first = snakemake(work, *args)
+    header = first.output.index("preflight of the run's targets")
+    assert header < first.output.index("sbatch call"), "the checklist comes before the first sbatch"
+    assert first.job_counts() == Counter({"generate_toy_dataset": 1, "build_corpus": 1})
+    (work / CORPUS).unlink()
+    second = snakemake(work, *args)
+    assert second.output.index("preflight of the run's targets") < second.output.index("sbatch call")
+    assert second.job_counts() == Counter({"build_corpus": 1})

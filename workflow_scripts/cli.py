@@ -34,6 +34,7 @@ STAGE_MODULES = (
     "workflow_scripts.provenance.cli",
     "workflow_scripts.plan_cli",
     "workflow_scripts.envs_cli",
+    "workflow_scripts.preflight.cli",
 )
 
 

@@ -1,0 +1,121 @@
+"""What a run needs from outside the cluster: its tables and figures, and the hub repositories behind them.
+
+From the command line, targets are registry ids (``table5``, ``all``) and their hub repositories
+come from the registry's closure. Inside a Snakemake run (the ``onstart`` hook) they come from
+the DAG: the requested files and rules, and the wildcards of its download jobs, so that a run
+that downloads nothing (the Megatron launch check) checks no repository.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_scripts import registry
+from workflow_scripts.layout import RESULTS
+
+ALL = "all"
+#: The registry section a download rule reads its repository from, and the wildcard naming the entry.
+DOWNLOAD_RULES = {
+    "download_dataset": ("datasets", "dataset"),
+    "download_model": ("models", "model"),
+    "download_benchmark": ("benchmarks", "benchmark"),
+}
+REPO_TYPES = {"datasets": "dataset", "models": "model", "benchmarks": "dataset"}
+_OUTPUT_FILE = re.compile(rf"(?:.*/)?{RESULTS}/(?:tables|figures|provenance)/([a-z0-9_]+)\.[a-z.]+")
+
+
+def of_run(config: Mapping[str, Any], files: Iterable[str], rules: Iterable[str]) -> list[str]:
+    """The tables and figures a Snakemake run was asked for (``all`` for the default rule), sorted."""
+    outputs = registry.outputs(config)
+    ids = {match[1] for file in files if (match := _OUTPUT_FILE.fullmatch(str(file))) and match[1] in outputs}
+    return [ALL] if ALL in set(rules) else sorted(ids)
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """One hub repository at one revision, and the registry entries (``benchmarks.gpqa.hub``) naming it."""
+
+    kind: str  # "model" or "dataset", the hub's repository type
+    repo: str
+    revision: str
+    keys: tuple[str, ...]
+    gated: bool
+
+
+def hub_entries_of_jobs(jobs: Iterable[tuple[str, Mapping[str, str]]]) -> list[tuple[str, str]]:
+    """(section, entry) of every download job among ``jobs`` (rule name, wildcards), in order, once each."""
+    entries = []
+    for rule, wildcards in jobs:
+        if rule in DOWNLOAD_RULES:
+            section, wildcard = DOWNLOAD_RULES[rule]
+            entries.append((section, wildcards[wildcard]))
+    return list(dict.fromkeys(entries))
+
+
+def hub_entries_of_targets(config: Mapping[str, Any], ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(section, entry) of every hub source the closure of ``ids`` downloads; none at toy scale.
+
+    A corpus reads its dataset; a trained, probed or evaluated model its base; an evaluation
+    every benchmark (the suite is one input of every evaluation).
+    """
+    if config["scale"] != "paper":
+        return []
+    closures = [
+        registry.closure(config, output) for output in (registry.outputs(config) if ALL in ids else ids)
+    ]
+    corpora = sorted({corpus for closure in closures for corpus in closure.corpora})
+    models = sorted(
+        {
+            unit.model
+            for closure in closures
+            for unit in (*closure.trainings, *closure.probes, *closure.priors, *closure.evaluations)
+        }
+    )
+    entries = [("datasets", config["corpora"][corpus]["dataset"]) for corpus in corpora]
+    entries += [("models", model) for model in models]
+    if any(closure.evaluations for closure in closures):
+        entries += [("benchmarks", name) for name in config["benchmarks"]]
+    return [(section, name) for section, name in dict.fromkeys(entries) if "hub" in config[section][name]]
+
+
+def hub_repos(config: Mapping[str, Any], entries: Iterable[tuple[str, str]]) -> list[HubRepo]:
+    """The distinct (type, repository, revision) of ``entries``, in order, each with every entry naming it."""
+    grouped: dict[tuple[str, str, str], list[tuple[str, Mapping[str, Any]]]] = {}
+    for section, name in entries:
+        entry = config[section][name]
+        revision = configured_revision(config, section, name)
+        grouped.setdefault((REPO_TYPES[section], entry["hub"]["repo"], revision), []).append(
+            (f"{section}.{name}.hub", entry)
+        )
+    return [
+        HubRepo(kind, repo, revision, tuple(key for key, _ in named), any(e.get("gated") for _, e in named))
+        for (kind, repo, revision), named in grouped.items()
+    ]
+
+
+def configured_revision(config: Mapping[str, Any], section: str, name: str) -> str:
+    """The revision a download of entry ``section.name`` fetches: config.yaml's ``hub.revision``.
+
+    Hook for the hub lock (issue 31, item 4; ``hub.lock.yaml``): once it lands, a ref that the lock
+    resolves downloads the locked commit, and this returns that commit (its module's
+    ``locked_revision``), so that preflight checks and pins exactly what the download rules fetch.
+    """
+    return str(config[section][name]["hub"]["revision"])
+
+
+def megatron_rules(config: Mapping[str, Any], rules: Iterable[str]) -> bool:
+    """Whether a run of ``rules`` submits a Megatron training or its launch check (the multi-node jobs)."""
+    return config["training"]["backend"] == "megatron" and bool(
+        {"train_megatron", "megatron_launch_check"} & set(rules)
+    )
+
+
+def trains_with_megatron(config: Mapping[str, Any], ids: Sequence[str]) -> bool:
+    """Whether the closure of ``ids`` holds a training, at the cluster backend."""
+    if config["training"]["backend"] != "megatron":
+        return False
+    outputs = registry.outputs(config) if ALL in ids else ids
+    return any(registry.closure(config, output).trainings for output in outputs)
