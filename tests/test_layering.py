@@ -26,10 +26,10 @@ FOUNDATIONS = (
 )
 STAGES = ("data", "models", "priors", "train", "probe", "evaluate", "report", "provenance")
 WORKFLOW = (
-    ("plan_costs", "makespan", "forkserver", "dag_inputs"),
+    ("plan_costs", "makespan", "forkserver", "dag_inputs", "run_status"),
     ("compute_plan",),
     ("slurm_profile",),
-    ("cli", "plan_cli", "envs_cli", "preflight"),
+    ("cli", "plan_cli", "envs_cli", "preflight", "status_cli"),
     ("__main__",),
 )
 LAYERS = (*FOUNDATIONS, STAGES, *WORKFLOW)

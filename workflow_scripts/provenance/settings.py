@@ -91,22 +91,45 @@ def current_commands(targets: Sequence[str], config_files: Sequence[str], root: 
     and the dry run would touch nothing there in any case. The DAG has no checkpoints, so the
     closure does not depend on what results exist.
     """
-    with tempfile.TemporaryDirectory(prefix="rpb-audit-plan-") as shadow:
-        for entry in Path(root).iterdir():
-            if entry.name not in (RESULTS, ".snakemake"):
-                (Path(shadow) / entry.name).symlink_to(entry.absolute())
-        command = [
-            sys.executable, "-m", "snakemake", *(_relative(target, root) for target in targets),
-            "--dry-run", "--printshellcmds", "--nolock", "--configfiles", *config_files,
-        ]  # fmt: skip
-        done = subprocess.run(command, cwd=shadow, capture_output=True, text=True, timeout=1800)
-        lines = done.stdout.replace(shadow, str(Path(root).absolute())).splitlines()
+    printed = dry_run(targets, config_files, root, ["--printshellcmds"], shadow=True)
+    return [line[len(SHELL_LINE) :] for line in printed.splitlines() if line.startswith(SHELL_LINE)]
+
+
+def dry_run(
+    targets: Sequence[str],
+    config_files: Sequence[str],
+    root: Path,
+    options: Sequence[str] = (),
+    shadow: bool = True,
+) -> str:
+    """What ``snakemake --dry-run`` of ``targets`` under ``config_files`` prints (stdout), with ``options``.
+
+    ``shadow``: plan the whole closure, in a shadow of ``root`` without its results (see
+    :func:`current_commands`); otherwise plan in ``root`` itself, as a run there would (the jobs
+    its results and Snakemake's records still call for), without taking the lock a running
+    Snakemake holds.
+    """
+    config = ["--configfiles", *config_files] if config_files else []
+    command = [
+        sys.executable, "-m", "snakemake", *(_relative(target, root) for target in targets),
+        "--dry-run", "--nolock", *options, *config,
+    ]  # fmt: skip
+    if shadow:
+        with tempfile.TemporaryDirectory(prefix="rpb-audit-plan-") as folder:
+            for entry in Path(root).iterdir():
+                if entry.name not in (RESULTS, ".snakemake"):
+                    (Path(folder) / entry.name).symlink_to(entry.absolute())
+            done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=1800)
+            printed = done.stdout.replace(folder, str(Path(root).absolute()))
+    else:
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1800)
+        printed = done.stdout
     if done.returncode != 0:
-        planned = f"{' '.join(targets)} under {' '.join(config_files)}"
+        planned = f"{' '.join(targets)} under {' '.join(config_files) or 'the Snakefile config'}"
         # Snakemake prints some failures (a protected output) on stdout, others on stderr.
         said = "\n".join(text.strip() for text in (done.stdout, done.stderr) if text.strip())[-3000:]
         raise UserInputError(f"snakemake could not plan {planned}:\n{said}")
-    return [line[len(SHELL_LINE) :] for line in lines if line.startswith(SHELL_LINE)]
+    return printed
 
 
 def _relative(target: str, root: Path) -> str:
