@@ -171,6 +171,38 @@ def test_every_shown_command_runs_as_written():
             dry_run(DRY_RUN_PROFILES[profile], *sorted(shown))
 
 
+CODE_SPAN = re.compile(r"```[^\n]*\n(.*?)^```|`([^`\n]+)`", re.MULTILINE | re.DOTALL)
+ENTRY_POINT = ["python", "-m", "workflow_scripts"]
+
+
+def quoted_workflow_scripts_commands(text: str) -> list[list[str]]:
+    """Every ``python -m workflow_scripts`` command in ``text``'s fenced blocks and inline code."""
+    found = []
+    for block, span in CODE_SPAN.findall(text):
+        for line in (block or span).replace("\\\n", " ").splitlines():
+            for command in _simple_commands(line):
+                if command[:3] == ENTRY_POINT:
+                    found.append(command)
+    return found
+
+
+def test_every_workflow_scripts_command_the_operating_manual_quotes_parses():
+    commands = quoted_workflow_scripts_commands((ROOT / "docs" / "operating.md").read_text())
+    assert {"status", "plan", "provenance"} <= {command[3] for command in commands}
+    for command in commands:
+        error = _workflow_scripts_error(command[3:])
+        assert error is None, f"docs/operating.md: {shlex.join(command)}: {error}"
+
+
+def test_a_quoted_command_that_does_not_parse_is_found():
+    text = (
+        "Run `python -m workflow_scripts status --nodes 3`\n```text\npython -m workflow_scripts plan\n```\n"
+    )
+    commands = quoted_workflow_scripts_commands(text)
+    assert [command[3:] for command in commands] == [["status", "--nodes", "3"], ["plan"]]
+    assert all(_workflow_scripts_error(command[3:]) for command in commands)
+
+
 def test_an_unknown_command_or_option_fails():
     with pytest.raises(AssertionError, match="no check"):
         check_command(["make", "all"], {})
