@@ -310,7 +310,8 @@ def render(status: Status) -> str:
     if status.slurm is None:
         lines.append(f"running now: {status.slurm_note}")
     else:
-        lines.append(f"running now: {len(status.slurm)} SLURM jobs of yours (squeue --me)")
+        count = len(status.slurm)
+        lines.append(f"running now: {count} SLURM job{'' if count == 1 else 's'} of yours (squeue --me)")
         for job in status.slurm:
             what = (
                 f"{job.rule} {job.wildcards or ''}".rstrip()
