@@ -6,8 +6,9 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from workflow_scripts import dag_inputs, forkserver, layout, registry
+from workflow_scripts import dag_inputs, forkserver, hub, layout, registry
 from workflow_scripts.dag_inputs import CONDITION_KEYS, TRAINING_KEYS, alternatives, config_slice
+from workflow_scripts.errors import UserInputError
 
 # The registry, loaded one way (registry.load_config): config.yaml, then the files Snakemake was
 # given (--configfile, a profile's configfiles), in precedence order, then --config; duplicate
@@ -53,7 +54,16 @@ onerror:
     forkserver.stop()
 
 
-if refusal := dag_inputs.cache_refusal(config, workflow.workflow_settings.cache):
+# The commits of config.yaml's hub refs, resolved once by `python -m workflow_scripts lock` before the
+# first download: the download rules pass them (hub_revision), so a job's params are the same commit
+# whether config.yaml names `main` or that commit. No file yet: every ref stays as written, which a
+# dry run plans and a download refuses.
+try:
+    HUB_LOCK = hub.read_lock(hub.LOCK_FILE)
+except UserInputError as error:
+    raise WorkflowError(str(error)) from None
+
+if refusal := dag_inputs.cache_refusal(config, workflow.workflow_settings.cache, HUB_LOCK):
     raise WorkflowError(refusal)
 
 
@@ -114,6 +124,12 @@ wildcard_constraints:
 def sourced_from(kind, ids):
     """Ids whose source is the hub (paper scale) or local generation (toy scale)."""
     return alternatives(ids if kind == ("toy" if config["scale"] == "toy" else "hub") else [])
+
+
+def hub_revision(section):
+    """The commit a download rule of ``section`` passes for its wildcard's entry (config, else lock)."""
+    wildcard = {"datasets": "dataset", "models": "model", "benchmarks": "benchmark"}[section]
+    return lambda wildcards: dag_inputs.hub_revision(config, HUB_LOCK, section, wildcards[wildcard])
 
 
 def raw_file(wildcards):

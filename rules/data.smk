@@ -13,8 +13,9 @@ rule download_dataset:
         dataset=sourced_from("hub", config["datasets"]),
     params:
         repo=lambda w: config["datasets"][w.dataset]["hub"]["repo"],
-        revision=lambda w: config["datasets"][w.dataset]["hub"]["revision"],
+        revision=hub_revision("datasets"),
         split=lambda w: config["datasets"][w.dataset]["hub"]["split"],
+        format=lambda w: config["datasets"][w.dataset]["format"],
     log:
         "logs/data/download/{dataset}/{subset}.log",
     conda:
@@ -26,8 +27,8 @@ rule download_dataset:
         runtime=240,
         mem_mb=64000,
     shell:
-        "python -m workflow_scripts data download --repo {params.repo:q} --revision {params.revision:q}"
-        " --subset {wildcards.subset:q} --split {params.split:q}"
+        "python -m workflow_scripts data download --format {params.format} --repo {params.repo:q}"
+        " --revision {params.revision:q} --subset {wildcards.subset:q} --split {params.split:q}"
         " --out {output.raw:q} --manifest {output.manifest:q} > {log:q} 2>&1"
 
 

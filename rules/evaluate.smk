@@ -13,7 +13,11 @@ rule download_benchmark:
     wildcard_constraints:
         benchmark=sourced_from("hub", config["benchmarks"]),
     params:
-        hub=lambda w: config["benchmarks"][w.benchmark]["hub"],
+        repo=lambda w: config["benchmarks"][w.benchmark]["hub"]["repo"],
+        revision=hub_revision("benchmarks"),
+        subset=lambda w: config["benchmarks"][w.benchmark]["hub"]["config"],
+        split=lambda w: config["benchmarks"][w.benchmark]["hub"]["split"],
+        rows=lambda w: config["benchmarks"][w.benchmark]["rows"],
         gated=lambda w: "--gated" if config["benchmarks"][w.benchmark].get("gated") else "",
     log:
         "logs/benchmarks/download/{benchmark}.log",
@@ -26,8 +30,9 @@ rule download_benchmark:
         runtime=60,
         mem_mb=16000,
     shell:
-        "python -m workflow_scripts data download --repo {params.hub[repo]:q} --revision {params.hub[revision]:q}"
-        " --subset {params.hub[config]:q} --split {params.hub[split]:q} {params.gated}"
+        "python -m workflow_scripts evaluate download --benchmark {wildcards.benchmark} --rows {params.rows}"
+        " --repo {params.repo:q} --revision {params.revision:q} --subset {params.subset:q} --split {params.split:q}"
+        " {params.gated}"
         " --out {output.raw:q} --manifest {output.manifest:q} > {log:q} 2>&1"
 
 

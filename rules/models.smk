@@ -14,7 +14,7 @@ rule download_model:
         model=sourced_from("hub", config["models"]),
     params:
         repo=lambda w: config["models"][w.model]["hub"]["repo"],
-        revision=lambda w: config["models"][w.model]["hub"]["revision"],
+        revision=hub_revision("models"),
     log:
         "logs/models/download/{model}.log",
     conda:

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from tests.dag import JOB_ENV, PAPER, ROOT, SHORT_BASE, copy_checkout, snakemake, with_overlay
-from workflow_scripts import registry
+from workflow_scripts import hub
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CACHED_RULES = ("build_corpus", "prior", "probe_routes")
@@ -21,11 +21,12 @@ REUSED = {
 TRAINED = "results/checkpoints/moonlight/math20k/sft/s42"
 
 
-def test_moving_revisions_are_the_refs_not_the_commits(paper_config):
+def test_moving_revisions_are_the_refs_neither_config_nor_lock_pins(paper_config):
     paper_config["models"]["moonlight"]["hub"]["revision"] = COMMIT
-    moving = registry.moving_revisions(paper_config, ["datasets", "models"])
-    assert "models.moonlight.hub.revision" not in moving
-    assert {"datasets.glm51.hub.revision", "models.qwen3_30b.hub.revision"} <= set(moving)
+    lock = {("model", "Qwen/Qwen3-30B-A3B-Base", "main"): COMMIT}
+    moving = hub.unlocked(paper_config, lock, ["datasets", "models"])
+    assert "models.moonlight.hub.revision" not in moving and "models.qwen3_30b.hub.revision" not in moving
+    assert {"datasets.glm51.hub.revision", "models.deepseek_v2_lite.hub.revision"} <= set(moving)
 
 
 @pytest.mark.slow

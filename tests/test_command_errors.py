@@ -148,7 +148,7 @@ def test_the_hub_out_of_reach_is_one_line(tmp_path, offline):
     env.pop("HF_HUB_OFFLINE", None)
     env |= {"HF_HUB_OFFLINE": "1"} if offline else {"HF_ENDPOINT": "http://127.0.0.1:9"}
     argv = [sys.executable, "-m", "workflow_scripts", "models", "download", "--repo", "org/model"]
-    argv += ["--revision", "main", "--out", str(tmp_path / "m"), "--manifest", str(tmp_path / "m.json")]
+    argv += ["--revision", "0" * 40, "--out", str(tmp_path / "m"), "--manifest", str(tmp_path / "m.json")]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     err = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(err) == 1, done.stderr

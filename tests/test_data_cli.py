@@ -174,7 +174,9 @@ def test_malformed_inputs_exit_2_naming_file_and_column(tmp_path: Path) -> None:
 
 
 def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit is passed as given (hub.lock.yaml resolved it), with the format's declared columns."""
     calls = {}
+    sha = "abc123" * 6 + "abcd"
 
     class FakeDataset:
         num_rows = 3
@@ -182,21 +184,16 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         def to_parquet(self, path: str) -> None:
             pq.write_table(pa.table({"x": [1, 2, 3]}), path)
 
-    def load_dataset(repo, subset, split, revision):
-        calls["load"] = (repo, subset, split, revision)
+    def load_dataset(repo, subset, split, revision, features=None):
+        calls["load"] = (repo, subset, split, revision, features)
         return FakeDataset()
 
-    class FakeApi:
-        def dataset_info(self, repo, revision):
-            calls["info"] = (repo, revision)
-            return types.SimpleNamespace(sha="abc123" * 6 + "abcd")
-
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(HfApi=FakeApi))
     out, manifest = tmp_path / "raw" / "Math.parquet", tmp_path / "raw" / "Math.manifest.json"
     args = types.SimpleNamespace(
         repo="org/data",
-        revision="main",
+        revision=sha,
+        format="openr1",
         subset="Math",
         split="train",
         gated=False,
@@ -205,9 +202,8 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     )
     run_download(args)
     record = json.loads(manifest.read_text())
-    sha = "abc123" * 6 + "abcd"
-    assert calls == {"load": ("org/data", "Math", "train", sha), "info": ("org/data", "main")}
-    assert record["revision_requested"] == "main" and record["revision_resolved"] == "abc123" * 6 + "abcd"
+    assert calls == {"load": ("org/data", "Math", "train", sha, None)}  # parquet sources keep their schema
+    assert record["revision_resolved"] == sha and record["format"] == "openr1"
     assert record["rows"] == 3 and record["repo"] == "org/data" and len(record["parquet_sha256"]) == 64
     assert pq.read_table(out).num_rows == 3
 

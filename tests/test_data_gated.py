@@ -28,17 +28,12 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, token: str | None) -> list:
         def to_parquet(self, path: str) -> None:
             pq.write_table(pa.table({"Question": ["q1", "q2"]}), path)
 
-    def load_dataset(repo, subset, split, revision):
-        calls.append(("load", repo, subset))
+    def load_dataset(repo, subset, split, revision, features=None):
+        calls.append(("load", repo, subset, revision))
         return FakeDataset()
 
-    class FakeApi:
-        def dataset_info(self, repo, revision):
-            calls.append(("info", repo))
-            return types.SimpleNamespace(sha=SHA)
-
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    hub = types.SimpleNamespace(HfApi=FakeApi, get_token=lambda: token)
+    hub = types.SimpleNamespace(get_token=lambda: token)
     monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     return calls
 
@@ -46,7 +41,8 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, token: str | None) -> list:
 def download_args(tmp_path: Path, gated: bool) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         repo="Idavidrein/gpqa",
-        revision="main",
+        revision=SHA,
+        format="openr1",
         subset="gpqa_diamond",
         split="train",
         out=str(tmp_path / "gpqa_diamond.parquet"),
@@ -73,14 +69,15 @@ def test_download_proceeds_with_a_token_or_when_not_gated(
 ) -> None:
     calls = fake_hub(monkeypatch, token=token)
     run_download(download_args(tmp_path, gated=gated))
-    assert calls == [("info", "Idavidrein/gpqa"), ("load", "Idavidrein/gpqa", "gpqa_diamond")]
+    assert calls == [("load", "Idavidrein/gpqa", "gpqa_diamond", SHA)]
     assert json.loads((tmp_path / "gpqa_diamond.manifest.json").read_text())["revision_resolved"] == SHA
 
 
 def test_gated_flag_is_registered_and_reported_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    argv = ["data", "download", "--repo", "Idavidrein/gpqa", "--revision", "main", "--subset", "gpqa_main"]
+    argv = ["data", "download", "--format", "openr1", "--repo", "Idavidrein/gpqa", "--revision", SHA]
+    argv += ["--subset", "gpqa_main"]
     argv += ["--out", str(tmp_path / "g.parquet"), "--manifest", str(tmp_path / "g.json")]
     assert build_parser().parse_args(argv).gated is False
     assert build_parser().parse_args([*argv, "--gated"]).gated is True

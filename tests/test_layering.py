@@ -22,14 +22,14 @@ PACKAGE = ROOT / "workflow_scripts"
 FOUNDATIONS = (
     ("errors", "atomic", "registry", "commands", "task_formats"),
     ("layout", "records", "routing", "routing_metrics", "toy_tasks", "score_aggregates"),
-    ("modeling", "chat_sources", "file_formats"),
+    ("modeling", "chat_sources", "file_formats", "hub"),
 )
 STAGES = ("data", "models", "priors", "train", "probe", "evaluate", "report", "provenance")
 WORKFLOW = (
     ("plan_costs", "makespan", "forkserver", "dag_inputs", "run_status"),
     ("compute_plan",),
     ("slurm_profile",),
-    ("cli", "plan_cli", "envs_cli", "preflight", "status_cli"),
+    ("cli", "plan_cli", "envs_cli", "lock_cli", "preflight", "status_cli"),
     ("__main__",),
 )
 LAYERS = (*FOUNDATIONS, STAGES, *WORKFLOW)

@@ -93,28 +93,32 @@ def test_unknown_spec_key_is_a_clear_error(tmp_path):
     assert "--spec" in done.stderr and "hiden_size" in done.stderr
 
 
-def _fake_hub(calls: dict, fail: bool = False) -> types.SimpleNamespace:
-    """A stand-in for huggingface_hub: resolves the revision and writes a two-file snapshot."""
+def _fake_hub(calls: dict, fail: bool = False, auto_map: dict | None = None) -> types.SimpleNamespace:
+    """A stand-in for huggingface_hub's snapshot download: writes a snapshot with remote code."""
     sha = "0123abcd" * 5
-
-    class FakeApi:
-        def model_info(self, repo, revision):
-            calls["info"] = (repo, revision)
-            return types.SimpleNamespace(sha=sha)
 
     def snapshot_download(repo, revision, local_dir):
         calls["snapshot"] = (repo, revision)
-        (Path(local_dir) / "config.json").write_text('{"model_type": "deepseek_v3"}')
+        config = {"model_type": "deepseek_v3", "auto_map": auto_map or {"AutoModel": "modeling_x.XModel"}}
+        (Path(local_dir) / "config.json").write_text(json.dumps(config))
+        (Path(local_dir) / "modeling_x.py").write_text("class XModel: ...\n")
         (Path(local_dir) / ".cache").mkdir()
         if fail:
             raise OSError("connection reset")
         (Path(local_dir) / "model.safetensors").write_bytes(b"weights")
 
+    class FakeApi:
+        def model_info(self, repo, revision):
+            calls["info"] = (repo, revision)
+            return types.SimpleNamespace(sha=revision)
+
     return types.SimpleNamespace(HfApi=FakeApi, snapshot_download=snapshot_download, sha=sha)
 
 
-def test_model_download_pins_the_resolved_commit_and_records_it(tmp_path, monkeypatch):
+def test_model_download_fetches_the_commit_and_records_its_remote_code(tmp_path, monkeypatch):
+    """The commit from hub.lock.yaml is checked, not resolved; the code trust_remote_code runs is recorded."""
     from workflow_scripts.models.cli import run_download
+    from workflow_scripts.records import file_sha256
 
     calls: dict = {}
     hub = _fake_hub(calls)
@@ -124,26 +128,41 @@ def test_model_download_pins_the_resolved_commit_and_records_it(tmp_path, monkey
         tmp_path / "models" / "moonlight" / "base.json",
     )
     run_download(
-        types.SimpleNamespace(repo="org/model", revision="main", out=str(out), manifest=str(manifest))
+        types.SimpleNamespace(repo="org/model", revision=hub.sha, out=str(out), manifest=str(manifest))
     )
-    assert calls == {"info": ("org/model", "main"), "snapshot": ("org/model", hub.sha)}
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert calls == {"info": ("org/model", hub.sha), "snapshot": ("org/model", hub.sha)}
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "modeling_x.py"]
     record = json.loads(manifest.read_text())
-    assert (record["repo"], record["revision_requested"], record["revision_resolved"]) == (
-        "org/model",
-        "main",
-        hub.sha,
-    )
+    assert (record["repo"], record["revision_resolved"]) == ("org/model", hub.sha)
+    assert record["remote_code"] == {"modeling_x.py": file_sha256(out / "modeling_x.py")}
     assert record["checkpoint"]
+
+
+def test_a_model_whose_auto_map_imports_another_repository_is_refused(tmp_path, monkeypatch):
+    """``owner/repo--module.Class`` code comes from that repository at no pinned commit."""
+    from workflow_scripts.errors import UserInputError
+    from workflow_scripts.models.cli import run_download
+
+    foreign = {"AutoConfig": "configuration_x.XConfig", "AutoModel": "other/code--modeling_x.XModel"}
+    hub = _fake_hub({}, auto_map=foreign)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    out = tmp_path / "models" / "moonlight" / "base"
+    args = types.SimpleNamespace(
+        repo="org/model", revision=hub.sha, out=str(out), manifest=str(tmp_path / "m")
+    )
+    with pytest.raises(UserInputError, match=r"config.json: AutoModel -> other/code--modeling_x.XModel"):
+        run_download(args)
+    assert list(out.parent.iterdir()) == [] and not (tmp_path / "m").exists()
 
 
 def test_a_failed_model_download_leaves_no_checkpoint(tmp_path, monkeypatch):
     from workflow_scripts.models.cli import run_download
 
-    monkeypatch.setitem(sys.modules, "huggingface_hub", _fake_hub({}, fail=True))
+    hub = _fake_hub({}, fail=True)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     out = tmp_path / "models" / "moonlight" / "base"
     with pytest.raises(OSError, match="connection reset"):
         run_download(
-            types.SimpleNamespace(repo="org/model", revision="main", out=str(out), manifest="m.json")
+            types.SimpleNamespace(repo="org/model", revision=hub.sha, out=str(out), manifest="m.json")
         )
     assert list(out.parent.iterdir()) == []

@@ -33,6 +33,7 @@ STAGE_MODULES = (
     "workflow_scripts.report.cli",
     "workflow_scripts.provenance.cli",
     "workflow_scripts.plan_cli",
+    "workflow_scripts.lock_cli",
     "workflow_scripts.status_cli",
     "workflow_scripts.envs_cli",
     "workflow_scripts.preflight.cli",

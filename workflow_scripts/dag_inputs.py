@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts import layout, registry
+from workflow_scripts import hub, layout, registry
 from workflow_scripts.report.inputs import declared_files
 
 # The keys of each config section a command reads, and the builder that parses them there.
@@ -83,26 +83,37 @@ def config_files(loaded: Iterable[str | Path], overlays: Iterable[str | Path], c
     return [os.path.relpath(path, cwd) if Path(path).is_relative_to(cwd) else path for path in ordered]
 
 
-def cache_refusal(config: Mapping[str, Any], requested: list[str] | None) -> str | None:
+def cache_refusal(
+    config: Mapping[str, Any], requested: list[str] | None, lock: hub.Lock | None = None
+) -> str | None:
     """Why ``--cache`` (``requested``: the rules named, ``[]`` for all, None without it) is refused, or None.
 
-    At paper scale a cached download keys on its revision, so a moving ref (``main``) could not
-    tell one hub state from another (registry.moving_revisions).
+    At paper scale a cached download keys on its revision, so a ref (``main``) that neither the
+    config nor the lock (``hub.lock.yaml``) turns into a commit could not tell one hub state from
+    another.
     """
     if requested is None or config["scale"] != "paper":
         return None
     sections = ["datasets", "models"]
     if not requested or "download_benchmark" in requested:
         sections.append("benchmarks")
-    moving = registry.moving_revisions(config, sections)
+    moving = hub.unlocked(config, lock or {}, sections)
     if not moving:
         return None
     return (
         f"--cache: {', '.join(moving)} name a moving ref, not a commit, so a cached output could "
-        "not tell one hub state from another. Write the commits the downloads recorded "
-        "(revision_resolved in results/raw/*/*.manifest.json, results/models/*/manifest.json, "
-        "results/benchmarks/*/manifest.json) into config.yaml, or run without --cache."
+        f"not tell one hub state from another. Run '{hub.LOCK_COMMAND}' (it writes {hub.LOCK_FILE}, "
+        "which the downloads read), or run without --cache."
     )
+
+
+def hub_revision(config: Mapping[str, Any], lock: hub.Lock, section: str, name: str) -> str:
+    """The revision the download of ``section.name`` passes: the config's commit, else the lock's.
+
+    Either way the job's params hold the same commit, so writing the locked commit into
+    config.yaml reruns nothing (``workflow_scripts.hub``).
+    """
+    return hub.locked_revision(hub.hub_source(config, section, name), lock)
 
 
 def alternatives(values: Iterable[str]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -504,20 +503,3 @@ def toy_model_sizes(model: Mapping[str, Any]) -> dict[str, Any]:
     sizes["top_k"] = model["top_k"]
     sizes["shared_experts"] = model["shared_experts"]
     return sizes
-
-
-HUB_COMMIT = re.compile(r"[0-9a-f]{40}")
-
-
-def moving_revisions(config: Mapping[str, Any], sections: Iterable[str]) -> list[str]:
-    """Config keys of hub revisions in ``sections`` that name a ref (``main``), not a commit.
-
-    Snakemake's between-workflow cache keys an output on its job's params and inputs, so a
-    download of ``main`` would keep one key while the hub moves: such outputs must not be cached.
-    """
-    return [
-        f"{section}.{name}.hub.revision"
-        for section in sections
-        for name, entry in sorted(config[section].items())
-        if not HUB_COMMIT.fullmatch(str(entry["hub"]["revision"]))
-    ]

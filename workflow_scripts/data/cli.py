@@ -2,9 +2,9 @@
 
     python -m workflow_scripts data toy-raw --format glm_sharegpt --subset Math --rows 400 \\
         --seed 0 --bad-fraction 0.1 --out results/raw/glm51/Math.parquet
-    python -m workflow_scripts data download --repo Jackrong/GLM-5.1-Reasoning-1M-Cleaned \\
-        --revision <sha> --subset Math --split train --out results/raw/glm51/Math.parquet \\
-        --manifest results/raw/glm51/Math.manifest.json
+    python -m workflow_scripts data download --format glm_sharegpt \\
+        --repo Jackrong/GLM-5.1-Reasoning-1M-Cleaned --revision <commit> --subset Math --split train \\
+        --out results/raw/glm51/Math.parquet --manifest results/raw/glm51/Math.manifest.json
     python -m workflow_scripts data build --raw results/raw/glm51/Math.parquet --format glm_sharegpt \\
         --corpus math20k --spec '{"domain": "math", ...}' --scoring '{...}' \\
         --train results/data/math20k/train.parquet --probe results/data/math20k/probe.parquet \\
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from workflow_scripts.atomic import atomic_path, write_json, write_parquet
+from workflow_scripts.atomic import write_json, write_parquet
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
 
@@ -31,41 +30,31 @@ def run_toy_raw(args: argparse.Namespace) -> None:
 
 
 def run_download(args: argparse.Namespace) -> None:
+    """Download one subset/split of a training source at a commit (hub.lock.yaml), columns declared.
+
+    The revision must be a commit: the workflow passes the locked one (``workflow_scripts.hub``),
+    so the rows never depend on the day the job runs. GLM-5.1's JSON subsets are loaded with
+    their columns declared (``chat_sources.hub_features``), or a column first seen past datasets'
+    first 10 MB chunk would stop the download partway.
+    """
     try:
-        import datasets
-        import huggingface_hub
+        import datasets  # noqa: F401
+        import huggingface_hub  # noqa: F401
     except ImportError as error:
         raise UserInputError(
             f"data download needs the 'datasets' and 'huggingface_hub' packages ({error}); "
             "install them from envs/ or use 'data toy-raw' at toy scale"
         ) from error
-    from workflow_scripts.records import file_sha256
+    from workflow_scripts import hub
+    from workflow_scripts.chat_sources.hub_features import hub_features
 
-    if args.gated and huggingface_hub.get_token() is None:
-        # Checked before any hub call, so a missing token fails in one clear line, not a 401 deep in datasets.
-        raise UserInputError(
-            f"{args.repo} (config {args.subset}) is a gated dataset and no Hugging Face token was found: "
-            f"accept its terms at https://huggingface.co/datasets/{args.repo} while logged in, then set "
-            "HF_TOKEN to a read token or run 'huggingface-cli login'"
-        )
-    # Resolve the requested ref once and load that commit, so rows and manifest cannot disagree.
-    sha = huggingface_hub.HfApi().dataset_info(args.repo, revision=args.revision).sha
-    dataset = datasets.load_dataset(args.repo, args.subset, split=args.split, revision=sha)
-    with atomic_path(args.out) as tmp:
-        dataset.to_parquet(str(tmp))
-    write_json(
-        args.manifest,
-        {
-            "repo": args.repo,
-            "subset": args.subset,
-            "split": args.split,
-            "revision_requested": args.revision,
-            "revision_resolved": sha,
-            "rows": int(dataset.num_rows),
-            "parquet": str(args.out),
-            "parquet_sha256": file_sha256(Path(args.out)),
-        },
-    )
+    hub.require_commit(args.repo, args.revision)
+    if args.gated:
+        hub.require_token(args.repo, args.subset)
+    features = hub_features(args.format)
+    dataset = hub.load_dataset_at(args.repo, args.subset, args.split, args.revision, features)
+    record = {"repo": args.repo, "subset": args.subset, "split": args.split, "format": args.format}
+    hub.write_download(dataset, args.out, args.manifest, {**record, "revision_resolved": args.revision})
 
 
 def run_build(args: argparse.Namespace) -> None:
@@ -123,13 +112,20 @@ def register(stages: argparse._SubParsersAction) -> None:
         commands,
         "download",
         run_download,
-        "download one subset/split of a hub dataset at a pinned revision to parquet",
+        "download one subset/split of a hub dataset at a commit to parquet",
         outputs=("out", "manifest"),
     )
     download.add_argument(
         "--repo", required=True, help="hub dataset id, e.g. Jackrong/GLM-5.1-Reasoning-1M-Cleaned"
     )
-    download.add_argument("--revision", required=True, help="git revision (commit sha, tag or branch) to pin")
+    download.add_argument(
+        "--format", required=True, choices=FORMAT_CHOICES, help="source schema (declares GLM-5.1's columns)"
+    )
+    download.add_argument(
+        "--revision",
+        required=True,
+        help="hub commit, 40 hex digits ('python -m workflow_scripts lock' resolves refs)",
+    )
     download.add_argument("--subset", required=True, help="dataset config name, e.g. Math")
     download.add_argument("--split", default="train", help="split name")
     download.add_argument("--out", required=True, help="output parquet")

@@ -97,6 +97,40 @@ def run_toy_benchmark(args: argparse.Namespace) -> None:
     print(f"toy-benchmark: {args.benchmark}: {len(raw)} rows (seed {args.seed})", file=sys.stderr)
 
 
+def run_download(args: argparse.Namespace) -> None:
+    """Download a benchmark at a commit (hub.lock.yaml), refusing an item count that is not the paper's.
+
+    A hub ``main`` that moved (LiveBench adds and retires questions) would otherwise evaluate
+    another item set without a word: the count its filter keeps (``items.item_count``) must equal
+    ``--rows``, the registry's ``rows`` (the paper's snapshot), or nothing is written.
+    """
+    try:
+        import datasets  # noqa: F401
+    except ImportError as error:
+        raise UserInputError(
+            f"evaluate download needs 'datasets' ({error}); install envs/data.yaml"
+        ) from error
+    from workflow_scripts import hub
+    from workflow_scripts.evaluate.items import item_count
+
+    hub.require_commit(args.repo, args.revision)
+    if args.gated:
+        hub.require_token(args.repo, args.subset)
+    dataset = hub.load_dataset_at(args.repo, args.subset, args.split, args.revision)
+    count = item_count(args.benchmark, dataset)
+    if count != args.rows:
+        raise UserInputError(
+            f"{args.benchmark}: {args.repo} ({args.subset}, {args.split}) at {args.revision} has "
+            f"{count} items, but config.yaml's benchmarks.{args.benchmark}.rows is {args.rows} (the "
+            f"paper's snapshot): set benchmarks.{args.benchmark}.hub.revision to a commit that holds "
+            f"those {args.rows}, or change rows to evaluate this one"
+        )
+    record = {"benchmark": args.benchmark, "repo": args.repo, "subset": args.subset, "split": args.split}
+    hub.write_download(
+        dataset, args.out, args.manifest, {**record, "items": count, "revision_resolved": args.revision}
+    )
+
+
 def run_items(args: argparse.Namespace) -> None:
     """Normalise a benchmark's raw rows into the item schema, options shuffled once (F.3)."""
     from workflow_scripts.evaluate.items import normalise
@@ -436,6 +470,33 @@ def register(stages: argparse._SubParsersAction) -> None:
     )
     fixture.add_argument("--benchmark", required=True, help="benchmark id of the registry")
     fixture.add_argument("--out", required=True, help="output raw parquet")
+
+    download = add_command(
+        commands,
+        "download",
+        run_download,
+        "download a benchmark's hub split at a commit to parquet, refusing an item count other than --rows",
+        outputs=("out", "manifest"),
+    )
+    download.add_argument("--benchmark", required=True, help="benchmark id of the registry, e.g. mmlu_stem")
+    download.add_argument(
+        "--rows", type=int, required=True, help="items the benchmark must hold (the registry's rows)"
+    )
+    download.add_argument("--repo", required=True, help="hub dataset id, e.g. cais/mmlu")
+    download.add_argument(
+        "--revision",
+        required=True,
+        help="hub commit, 40 hex digits ('python -m workflow_scripts lock' resolves refs)",
+    )
+    download.add_argument("--subset", required=True, help="dataset config name, e.g. all")
+    download.add_argument("--split", required=True, help="split name, e.g. test")
+    download.add_argument("--out", required=True, help="output raw parquet (every row, before the filter)")
+    download.add_argument("--manifest", required=True, help="output JSON: repo, commit, rows, items, sha256")
+    download.add_argument(
+        "--gated",
+        action="store_true",
+        help="the dataset is gated (e.g. Idavidrein/gpqa): fail before any download when no hub token is set",
+    )
 
     toy = add_command(
         commands,

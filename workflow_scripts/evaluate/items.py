@@ -11,7 +11,7 @@ import datetime as dt
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -362,6 +362,19 @@ def _item(
         "answer": answer,
         "metadata": _metadata_json(parsed, permutation),
     }
+
+
+def item_count(benchmark: str, rows: Collection[Mapping[str, Any]]) -> int:
+    """How many items ``normalise`` makes of a benchmark's raw ``rows``: those its filter keeps.
+
+    MMLU-STEM's 3,153 are the STEM subjects' rows of ``cais/mmlu`` ``all``; every other
+    benchmark keeps each row, and only a filtered one has its rows read (a ``datasets.Dataset``
+    decodes every column of a row it yields). A download compares this with the registry's ``rows``.
+    """
+    if benchmark not in SCHEMAS:
+        raise UserInputError(f"unknown benchmark '{benchmark}'; known: {sorted(SCHEMAS)}")
+    keep = SCHEMAS[benchmark].keep
+    return len(rows) if keep is None else sum(1 for row in rows if keep(row))
 
 
 def normalise(benchmark: str, raw: pd.DataFrame, spec: Mapping[str, Any], shuffle_seed: int) -> pd.DataFrame:

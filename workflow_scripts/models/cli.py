@@ -1,6 +1,6 @@
 """``python -m workflow_scripts models <command>``: base checkpoints at both scales.
 
-    python -m workflow_scripts models download --repo moonshotai/Moonlight-16B-A3B --revision main \\
+    python -m workflow_scripts models download --repo moonshotai/Moonlight-16B-A3B --revision <commit> \\
         --out results/models/moonlight/base --manifest results/models/moonlight/manifest.json
     python -m workflow_scripts models toy-base --architecture deepseek_v3 --spec '{...}' \\
         --pretrain '{...}' --out results/models/moonlight/base \\
@@ -22,33 +22,49 @@ from workflow_scripts.errors import UserInputError
 
 
 def run_download(args: argparse.Namespace) -> None:
-    """Materialise a hub checkpoint at the commit its ref resolves to, and record that commit."""
+    """Materialise a hub checkpoint at a commit (hub.lock.yaml), and record it and its remote code.
+
+    The commit pins the weights and the code ``trust_remote_code`` runs alike: the pipeline loads
+    the folder with ``local_files_only``, and a checkpoint whose ``auto_map`` would import code
+    from another repository is refused (``remote_code.foreign_code``).
+    """
     try:
         import huggingface_hub
     except ImportError as error:
         raise UserInputError(
             f"models download needs 'huggingface_hub' ({error}); install envs/data.yaml"
         ) from error
+    from workflow_scripts.hub import require_commit
+    from workflow_scripts.models.remote_code import foreign_code, remote_code
     from workflow_scripts.records import path_digest
 
-    sha = huggingface_hub.HfApi().model_info(args.repo, revision=args.revision).sha
+    require_commit(args.repo, args.revision)
+    # One quick call first: a commit the repository lacks, or the hub out of reach, fails here in
+    # one line, not after the snapshot download's retries.
+    huggingface_hub.HfApi().model_info(args.repo, revision=args.revision)
     target = Path(args.out)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        huggingface_hub.snapshot_download(args.repo, revision=sha, local_dir=tmp)
+        huggingface_hub.snapshot_download(args.repo, revision=args.revision, local_dir=tmp)
         shutil.rmtree(tmp / ".cache", ignore_errors=True)
+        if foreign := foreign_code(tmp):
+            raise UserInputError(
+                f"{args.repo} at {args.revision}: its auto_map imports code from another repository, "
+                f"which its commit does not pin ({'; '.join(foreign)}); copy that code into a fork of "
+                "the checkpoint and download the fork"
+            )
+        code = remote_code(tmp)
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    digest = path_digest(target)
     write_json(
         args.manifest,
         {
             "repo": args.repo,
-            "revision_requested": args.revision,
-            "revision_resolved": sha,
-            "checkpoint": digest,
+            "revision_resolved": args.revision,
+            "remote_code": code,
+            "checkpoint": path_digest(target),
         },
     )
 
@@ -159,14 +175,18 @@ def register(stages: argparse._SubParsersAction) -> None:
         commands,
         "download",
         run_download,
-        "download a hub checkpoint at the commit its revision resolves to",
+        "download a hub checkpoint at a commit",
         outputs=("out", "manifest"),
     )
     download.add_argument("--repo", required=True, help="hub model id, e.g. moonshotai/Moonlight-16B-A3B")
-    download.add_argument("--revision", required=True, help="commit sha, tag or branch")
+    download.add_argument(
+        "--revision",
+        required=True,
+        help="hub commit, 40 hex digits ('python -m workflow_scripts lock' resolves refs)",
+    )
     download.add_argument("--out", required=True, help="checkpoint directory to create")
     download.add_argument(
-        "--manifest", required=True, help="output JSON: requested and resolved revision, checksum"
+        "--manifest", required=True, help="output JSON: commit, sha256 of each remote-code file, checksum"
     )
 
     toy = add_command(
