@@ -98,10 +98,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_cpu_argument(parser)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (fastest call counts)")
+    parser.add_argument("--tokens", type=int, default=N_TOKENS, help="probe tokens per layer (paper scale)")
     args = parser.parse_args()
     cpu = pin(args.cpu)
 
-    topk = synthetic_topk(np.random.default_rng(0), N_LAYERS, N_TOKENS)
+    topk = synthetic_topk(np.random.default_rng(0), N_LAYERS, args.tokens)
     ref = coactivation_layers(topk, N_EXPERTS)
     python_loops = {"loop_flat": loop_flat, "loop_nested": loop_nested}
     loops = {"loop_eq1": loop_eq1, **python_loops}
@@ -111,7 +112,7 @@ def main() -> None:
     fns.update({name: (lambda f=loop: f(topk, N_EXPERTS)) for name, loop in loops.items()})
     t = fastest(fns, {"vectorised": 20, **dict.fromkeys(loops, 1)}, args.rounds)
     print(
-        f"layers={N_LAYERS} tokens/layer={N_TOKENS} experts={N_EXPERTS} k={K} (int16 ids); "
+        f"layers={N_LAYERS} tokens/layer={args.tokens} experts={N_EXPERTS} k={K} (int16 ids); "
         f"pinned to CPU {cpu}; all results identical"
     )
     labels = {

@@ -36,14 +36,14 @@ def synthetic_topk(rng: np.random.Generator) -> np.ndarray:
     return np.argsort(-logits, axis=-1)[..., :K]
 
 
-def run_once(topk: np.ndarray) -> tuple[float, list]:
+def run_once(topk: np.ndarray, samples: int) -> tuple[float, list]:
     """Wall time of the full null model of one checkpoint and its per-layer margins."""
     start = time.perf_counter()
     graphs = coactivation_layers(topk, N_EXPERTS)  # (L, E, E)
     results = []
     for layer, w in enumerate(graphs):
         base_labels = louvain(threshold_top_fraction(w, RHO))
-        results.append(null_margins(w, base_labels, N_TOKENS, samples=SAMPLES, seed=layer, rho=RHO))
+        results.append(null_margins(w, base_labels, N_TOKENS, samples=samples, seed=layer, rho=RHO))
     return time.perf_counter() - start, results
 
 
@@ -51,17 +51,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_cpu_argument(parser)
     parser.add_argument("--repeats", type=int, default=1, help="runs; the median wall time is reported")
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="null graphs per layer (B.1: 100)")
     args = parser.parse_args()
     cpu = pin(args.cpu)
     topk = synthetic_topk(np.random.default_rng(0))
     times = []
     for _ in range(args.repeats):
-        elapsed, results = run_once(topk)
+        elapsed, results = run_once(topk, args.samples)
         times.append(elapsed)
     q_margin = np.mean([r.q_margin for r in results])
     share = np.mean([r.q_beat_share for r in results])
     print(
-        f"layers={N_LAYERS} experts={N_EXPERTS} k={K} tokens={N_TOKENS} null samples/layer={SAMPLES}; "
+        f"layers={N_LAYERS} experts={N_EXPERTS} k={K} tokens={N_TOKENS} null samples/layer={args.samples}; "
         f"pinned to CPU {cpu}, one BLAS thread"
     )
     print(f"mean Q margin {q_margin:.3f}; mean share of null graphs beaten on Q {share:.3f}")

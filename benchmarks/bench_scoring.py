@@ -45,8 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from single_core import pin  # noqa: E402
 
 from tests.scoring_reference import RowScorer, check_same, score_rows  # noqa: E402
+from workflow_scripts.chat_sources import toy  # noqa: E402
 from workflow_scripts.chat_sources.readers import read_source  # noqa: E402
-from workflow_scripts.data import scoring, toy  # noqa: E402
+from workflow_scripts.data import scoring  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 GOAL_ROWS_PER_S = 50_000

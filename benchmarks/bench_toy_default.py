@@ -69,7 +69,7 @@ def parse(log: str) -> tuple[dict[str, list[tuple[float, int]]], float]:
     return jobs, wall
 
 
-def run_fresh(fork_server: bool) -> tuple[str, float]:
+def run_fresh(fork_server: bool, targets: list[str]) -> tuple[str, float]:
     """Run the toy default in a scratch copy of the tracked and untracked-but-not-ignored files."""
     scratch = Path(tempfile.mkdtemp(prefix="rpb-toy-"))
     try:
@@ -79,7 +79,7 @@ def run_fresh(fork_server: bool) -> tuple[str, float]:
         # Jobs call ``python``: the interpreter running this script must come first on PATH.
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         done = subprocess.run(
-            [sys.executable, "-m", "snakemake", "--profile", "profiles/local", *switch],
+            [sys.executable, "-m", "snakemake", "--profile", "profiles/local", *switch, *targets],
             cwd=scratch,
             capture_output=True,
             text=True,
@@ -101,11 +101,12 @@ def main() -> None:
     parser.add_argument(
         "--no-fork-server", action="store_true", help="run every job in its own interpreter (fresh run only)"
     )
+    parser.add_argument("targets", nargs="*", help="outputs to build instead of the toy default's all")
     args = parser.parse_args()
     if args.log:
         log, measured = Path(args.log).read_text(), None
     else:
-        log, measured = run_fresh(fork_server=not args.no_fork_server)
+        log, measured = run_fresh(not args.no_fork_server, args.targets)
     jobs, wall = parse(log)
     wall = measured or wall
     busy = sum(seconds * threads for runs in jobs.values() for seconds, threads in runs)
