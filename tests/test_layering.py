@@ -20,7 +20,9 @@ PACKAGE = ROOT / "workflow_scripts"
 # Bottom first; a unit imports only from layers below its own, so no stage imports another
 # stage. A piece two stages share moves below the stages; a new unit must be placed here.
 FOUNDATIONS = (
-    ("errors", "atomic", "registry", "commands", "task_formats"),
+    ("errors",),
+    ("atomic", "registry", "task_formats"),
+    ("commands",),
     ("layout", "records", "routing", "routing_metrics", "toy_tasks", "score_aggregates"),
     ("modeling", "chat_sources", "file_formats", "hub"),
 )
@@ -29,7 +31,7 @@ WORKFLOW = (
     ("plan_costs", "makespan", "forkserver", "dag_inputs", "run_status"),
     ("compute_plan",),
     ("slurm_profile",),
-    ("cli", "plan_cli", "envs_cli", "lock_cli", "preflight", "status_cli"),
+    ("cli", "plan_cli", "envs_cli", "preflight", "lock_cli", "status_cli"),
     ("__main__",),
 )
 LAYERS = (*FOUNDATIONS, STAGES, *WORKFLOW)

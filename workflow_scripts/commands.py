@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from workflow_scripts import registry
+
 
 def add_stage(stages: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
     """Register a stage (``python -m workflow_scripts <name> ...``); returns where its commands go."""
@@ -74,3 +76,21 @@ def recorded_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "input_digests",
     }
     return {key: value for key, value in vars(args).items() if key not in skip}
+
+
+def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--overlay``: the registry as Snakemake loads it, for commands run by hand."""
+    parser.add_argument(
+        "--config", default=registry.CONFIG_FILE, help=f"registry file (default: {registry.CONFIG_FILE})"
+    )
+    parser.add_argument(
+        "--overlay",
+        action="append",
+        default=[],
+        help=f"YAML merged over the config, e.g. {registry.TOY_OVERLAY}; repeatable, later ones win",
+    )
+
+
+def registry_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config named by :func:`add_registry_arguments`, validated (a refusal names the key)."""
+    return registry.load_config([args.config, *args.overlay])

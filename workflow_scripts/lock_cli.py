@@ -14,8 +14,8 @@ import argparse
 
 from workflow_scripts import hub
 from workflow_scripts.atomic import write_text
+from workflow_scripts.commands import add_registry_arguments, registry_config
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.registry import CONFIG_FILE, TOY_OVERLAY
 
 
 def register(stages: argparse._SubParsersAction) -> None:
@@ -24,13 +24,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         f"benchmarks to a commit and write {hub.LOCK_FILE}, which the download rules read"
     )
     parser = stages.add_parser("lock", help=summary, description=summary)
-    parser.add_argument("--config", default=CONFIG_FILE, help=f"registry file (default: {CONFIG_FILE})")
-    parser.add_argument(
-        "--overlay",
-        action="append",
-        default=[],
-        help=f"YAML merged over the config, e.g. {TOY_OVERLAY}; repeatable, later ones win",
-    )
+    add_registry_arguments(parser)
     parser.add_argument(
         "--lock",
         default=hub.LOCK_FILE,
@@ -49,12 +43,7 @@ def register(stages: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Resolve the refs the lock lacks (all with ``--update``), print each, write the lock."""
-    from workflow_scripts import registry
-
-    try:
-        config = registry.load_config([args.config, *args.overlay])
-    except registry.RegistryError as error:
-        raise UserInputError(str(error)) from None
+    config = registry_config(args)
     try:
         import huggingface_hub
     except ImportError as error:

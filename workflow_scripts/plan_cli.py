@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from workflow_scripts.commands import add_registry_arguments, registry_config
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.registry import CONFIG_FILE, TOY_OVERLAY
 
 PROFILE_TARGET = "profile"
 
@@ -65,13 +65,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         help="a table or figure id, 'all' for every one (what `snakemake` runs), 'gates' for the sanity "
         f"gates, or '{PROFILE_TARGET}': write every rule's SLURM request to --out",
     )
-    parser.add_argument("--config", default=CONFIG_FILE, help=f"registry file (default: {CONFIG_FILE})")
-    parser.add_argument(
-        "--overlay",
-        action="append",
-        default=[],
-        help=f"YAML merged over the config, e.g. {TOY_OVERLAY}; repeatable, later ones win",
-    )
+    add_registry_arguments(parser)
     parser.add_argument(
         "--rows",
         type=_row_count,
@@ -117,20 +111,10 @@ def register(stages: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run, command="plan", provenance=None, inputs=(), outputs=(), input_kinds={})
 
 
-def load_config(path: str, overlays: list[str]) -> dict[str, Any]:
-    """The config as Snakemake sees it (``registry.load_config``); a refusal is a user error."""
-    from workflow_scripts import registry
-
-    try:
-        return registry.load_config([path, *overlays])
-    except registry.RegistryError as error:
-        raise UserInputError(str(error)) from None
-
-
 def run(args: argparse.Namespace) -> None:
     from workflow_scripts.compute_plan import PAPER_ROWS, Calibration, plan, render
 
-    config = load_config(args.config, args.overlay)
+    config = registry_config(args)
     if args.target == PROFILE_TARGET:
         write_profile(args, config)
         return

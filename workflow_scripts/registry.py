@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.errors import UserInputError
+
 # Parameters each intervention needs, and whether it reads a prior tensor.
 INTERVENTION_PARAMS: dict[str, tuple[str, ...]] = {
     "none": (),
@@ -42,8 +44,11 @@ PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
 BASE = "base"
 
 
-class RegistryError(ValueError):
-    """A config entry that is well-formed but inconsistent; the message names the key."""
+class RegistryError(UserInputError, ValueError):
+    """A config entry that is well-formed but inconsistent; the message names the key.
+
+    A user error: a command that loads the registry reports it in one line (``cli.main``).
+    """
 
 
 @dataclass(frozen=True)

@@ -101,10 +101,7 @@ def run(args: argparse.Namespace) -> None:
     settings = profile_settings(profiles)
     overlays = args.configfiles or _listed(settings.get("configfiles", settings.get("configfile")))
     config_files = [registry.CONFIG_FILE, *overlays]
-    try:
-        config = registry.load_config(config_files)
-    except registry.RegistryError as error:
-        raise UserInputError(str(error)) from None
+    config = registry.load_config(config_files)
     known = registry.outputs(config)
     unknown = [output for output in args.output_ids if output not in known]
     if unknown:

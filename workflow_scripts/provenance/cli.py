@@ -92,10 +92,7 @@ def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> N
     if not config_files:
         first_path = manifest_path(args.results, args.output_ids[0])
         raise UserInputError(f"{first_path}: records no config files; name them with --config-files")
-    try:
-        config = registry.load_config(config_files)
-    except registry.RegistryError as error:
-        raise UserInputError(str(error)) from None
+    config = registry.load_config(config_files)
     targets = [str(manifest_path(args.results, output_id)) for output_id in args.output_ids]
     settings = settings_by_record(current_commands(targets, config_files, Path.cwd()), stages.choices)
     current = Current(results=Path(args.results), config=config, settings=settings)
