@@ -20,9 +20,9 @@ from tests.report_files import sandbox
 from workflow_scripts import registry
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import main as cli_main
-from workflow_scripts.layout import metrics_path, summary_path
+from workflow_scripts.layout import gates_path, metrics_path, summary_path
 from workflow_scripts.registry import BASE, RegistryError, closure, validate_config
-from workflow_scripts.report import claim_rules, claims
+from workflow_scripts.report import claim_rules, claims, gates
 from workflow_scripts.report.claims import (
     CLAIMS,
     CONTRADICTED,
@@ -33,6 +33,7 @@ from workflow_scripts.report.claims import (
     INEXPRESSIBLE_VERDICT,
     MISSING,
     NOT_IN_PAPER,
+    NOT_TESTABLE,
     POWER,
     REPRODUCED,
     SEEDS,
@@ -43,17 +44,20 @@ from workflow_scripts.report.claims import (
     Check,
     Claim,
     Estimate,
+    Premise,
     Rules,
     Side,
     check_verdict,
     claim_rows,
     claim_verdict,
+    failed_premises,
     needed_cells,
     our_estimates,
     paper_estimates,
     pooled_sds,
     with_spread,
 )
+from workflow_scripts.report.inputs import declared_files
 from workflow_scripts.report.reference import load_reference
 from workflow_scripts.report.routing_frames import RETENTION_KEYS
 from workflow_scripts.report.table import ReportInputs
@@ -179,6 +183,8 @@ def test_a_tolerance_only_where_the_paper_states_a_magnitude():
         ([UNRESOLVED, MISSING], MISSING),
         ([CONTRADICTED, MISSING, UNRESOLVED], CONTRADICTED),  # a contradiction decides
         ([MISSING], MISSING),
+        ([REPRODUCED, NOT_TESTABLE, MISSING], NOT_TESTABLE),  # a failed premise before a missing cell
+        ([CONTRADICTED, NOT_TESTABLE], CONTRADICTED),  # a check that is testable still contradicts
     ],
 )
 def test_claim_verdict(verdicts, claim):
@@ -524,6 +530,75 @@ def test_a_single_seed_of_a_hard_condition_borrows_the_hard_familys_spread():
     assert rows.at["rpb_hard_keeps_nmi_costs_accuracy", "verdict"] == UNRESOLVED
 
 
+# ---------------------------------------------------------------- premise gates
+
+
+def _check(metric: str, condition: str, reference: str, model: str = "moonlight") -> Check:
+    side, ref = Cell(model, "math20k", condition, metric), Cell(model, "math20k", reference, metric)
+    return Check("below", Side(side), Side(ref))
+
+
+def test_each_check_rests_on_the_premises_its_metric_and_conditions_need():
+    headroom = Premise("in_domain_headroom", "accuracy", "moonlight", "math20k")
+    routing = Premise("routing_carries_task", "loglik_mean", "moonlight", "-")
+    assert claim_rules.premises(_check("overall9", "lbl", "rpb")) == (headroom,)
+    assert claim_rules.premises(_check("id", "within_hard", "rpb")) == (headroom, routing)
+    assert claim_rules.premises(_check("ood", "global_hard", "rpb")) == (routing,)  # no in-domain items
+    assert claim_rules.premises(_check("ood", "lbl", "rpb")) == ()
+    assert claim_rules.premises(_check("nmi", "within_hard", "rpb")) == ()  # NMI needs neither
+    scope = next(c for c in CLAIMS if c.claim_id == "deepseek_scope_condition").checks[-1]
+    assert claim_rules.premises(scope) == (
+        Premise("in_domain_headroom", "accuracy", "deepseek_v2_lite", "coding20k"),
+        Premise("routing_carries_task", "loglik_mean", "deepseek_v2_lite", "-"),
+    )
+
+
+def test_failed_premises_are_the_premise_rows_that_failed():
+    config = _config(toy=True, cells=False)
+    failing = (("routing_carries_task", "moonlight", "-"), ("ood_change", "moonlight", "math20k"))
+    failed = failed_premises(_gates_table(config, failing))
+    # the failing diagnostic withholds nothing
+    assert failed == {Premise("routing_carries_task", "loglik_mean", "moonlight", "-")}
+    assert failed_premises(None) == frozenset()
+
+
+def test_routing_not_carrying_the_task_withholds_the_hard_costs_only():
+    """A toy whose routing carries nothing: hard enforcement cannot cost accuracy there, so those
+    checks are not testable; the hard conditions' NMI checks keep their verdicts, and a contradicted
+    NMI check still contradicts its claim."""
+    failed = frozenset({Premise("routing_carries_task", "loglik_mean", "moonlight", "-")})
+    means = _paper_means()
+    for cell in list(means):  # hard enforcement costing nothing, as such a toy would show
+        hard = cell.condition in ("within_hard", "global_hard", "rpb_hard")
+        if cell.model == "moonlight" and cell.metric != "nmi" and hard:
+            means[cell] = _at(means, cell, "rpb", 0.0)
+    rows = claim_rows(CLAIMS, _ours(means), _paper(), RULES, failed=failed).set_index("claim")
+    withheld = "not testable here: routing_carries_task failed"
+    for claim_id in (
+        "within_hard_keeps_nmi_loses_accuracy",
+        "global_hard_loses_accuracy_not_nmi",
+        "rpb_hard_keeps_nmi_costs_accuracy",
+    ):
+        assert rows.at[claim_id, "verdict"] == withheld, rows.at[claim_id, "ours"]
+        assert "✗" not in rows.at[claim_id, "ours"]
+    hard = rows.at["within_hard_keeps_nmi_loses_accuracy", "ours"]
+    assert "Comm. NMI: within-hard" not in hard  # labels are ids without a config
+    assert "math20k Comm. NMI: within_hard 0.634 ± 0.002 vs rpb 0.631 ± 0.002 (margin 0.010" in hard
+    assert "(not testable here: routing_carries_task (loglik_mean, moonlight) failed; Δ +0.00)" in hard
+    assert rows.at["deepseek_scope_condition", "verdict"] == REPRODUCED  # DeepSeek's routing gate held
+    assert rows.at["lbl_below_rpb", "verdict"] == REPRODUCED
+    means = _contradicted("within_hard_keeps_nmi_loses_accuracy")  # NMI 0.05 below RPB
+    rows = claim_rows(CLAIMS, _ours(means), _paper(), RULES, failed=failed).set_index("claim")
+    assert rows.at["within_hard_keeps_nmi_loses_accuracy", "verdict"] == CONTRADICTED
+
+
+def test_the_claims_read_the_gates_where_the_run_builds_them():
+    toy, paper = _config(toy=True), _config(toy=False)
+    assert gates_path("results") in declared_files(toy, "claims", "results")
+    assert gates_path("results") not in declared_files(paper, "claims", "results")
+    assert gates_path("results") not in declared_files(toy, "table5", "results")
+
+
 def test_no_check_is_made_twice():
     """One noisy check may flip one claim only."""
     checks = [check for claim in CLAIMS for check in claim.checks]
@@ -783,7 +858,8 @@ def test_the_default_toy_run_caps_the_claims_too_and_profiles_claims_keeps_their
 
 @pytest.mark.slow
 def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_path):
-    """Through Snakemake, with CLAIMS_CELLS as the last config file: exactly the needed runs."""
+    """Through Snakemake, with CLAIMS_CELLS as the last config file: exactly the needed runs, and the
+    SFT runs of the sanity gates the toy's claims read (gates.gate_runs)."""
     overlay = tmp_path / "claims_cells.yaml"
     overlay.write_text(yaml.safe_dump({"tables": {"claims": {"cells": CLAIMS_CELLS}}}))
     jobs = dry_run(
@@ -795,8 +871,11 @@ def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_pat
         if rule in runs:
             runs[rule].add((w["model"], w["corpus"], w["condition"], int(w["seed"])))
     needed = needed_cells(TESTED)
-    assert runs["train_local"] == needed["eval"] | needed["probe"]
+    config = registry.load_config([*registry.shipped_config_files(ROOT, True, claims=True), str(overlay)])
+    gate_sft = {(e.model, e.corpus, e.condition, e.seed) for e in gates.gate_runs(config).sft}
+    assert runs["train_local"] == needed["eval"] | needed["probe"] | gate_sft
     assert runs["retention"] == needed["probe"]
+    assert [rule for rule, _ in jobs].count("gates") == 1
 
 
 # ---------------------------------------------------------------- the table, from result files
@@ -827,8 +906,30 @@ def _scores(config: dict, corpus: str, wanted: dict[str, float | None]) -> dict[
     return scores | dict.fromkeys(rest, filler)
 
 
-def _results_tree(root: Path, config: dict, means: dict[Cell, float]) -> Path:
-    """Summaries and retention metrics of the claims closure: each cell's seeds as in _seed_rows."""
+def _gates_table(config: dict, failing: tuple[tuple[str, str, str], ...] = ()) -> pd.DataFrame:
+    """A gates table of every model and gate corpus: each gate passes but ``(gate, model, corpus)``
+    of ``failing`` (corpus ``-`` for the routing gates)."""
+    rows = []
+    for model in config["models"]:
+        for gate, corpus, metric in (
+            (gates.ROUTING_CARRIES_TASK, "-", gates.LOGLIK),
+            (gates.TOKEN_CONDITIONED_ROUTING, "-", gates.LOGLIK),
+            *((g, c, m) for c in gates.GATE_CORPORA for g in (gates.IN_DOMAIN_HEADROOM, gates.OOD_CHANGE)
+              for m in (gates.LOGLIK, "accuracy")),
+        ):  # fmt: skip
+            value = 0.0 if (gate, model, corpus) in failing else 1.0
+            rows.append(gates.verdict(gate, metric, model, corpus, (value, 0.1, 24), 2.0))
+    return gates.gates_frame(rows)
+
+
+def _results_tree(
+    root: Path, config: dict, means: dict[Cell, float], failing: tuple[tuple[str, str, str], ...] = ()
+) -> Path:
+    """Summaries and retention metrics of the claims closure: each cell's seeds as in _seed_rows;
+    the gates table at toy scale, every gate passing but ``failing`` (:func:`_gates_table`)."""
+    if config["scale"] == "toy":
+        gates_path(root).parent.mkdir(parents=True, exist_ok=True)
+        _gates_table(config, failing).to_csv(gates_path(root), index=False)
     rows = _seed_rows(means).set_index(["model", "corpus", "condition", "seed", "metric"])["value"]
 
     def value(run, metric: str) -> float | None:
@@ -888,6 +989,31 @@ def test_the_table_from_its_declared_files_reproduces_the_paper_means(tmp_path):
     )
     assert "KL-to-base" in tested.at["anchors_comparable_above_baselines", "compared"]
     assert "Avg (12)" in tested.at["zloss_below_sft_and_rpb", "ours"]
+
+
+def test_the_table_withholds_the_verdicts_whose_premise_gate_failed(tmp_path):
+    """Toy scale: SFT learning nothing in domain on Moonlight leaves every claim reading Moonlight's
+    in-domain accuracy not testable, even where its numbers contradict it; the others as they are."""
+    config = _config(toy=True)
+    means = _frozen_like(_contradicted("rpb_above_sft_lbl_id_ood"))  # SFT 10 points above RPB in domain
+    failing = tuple(("in_domain_headroom", "moonlight", corpus) for corpus in ("math20k", "coding20k"))
+    table, md = _rendered(config, _results_tree(tmp_path / "results", config, means, failing), tmp_path)
+    rows = table.set_index("claim").loc[CLAIM_IDS]
+    untestable = {
+        "lbl_below_rpb", "rpb_above_sft_lbl_id_ood", "rpb_above_sft_overall9_ood",
+        "anchors_comparable_above_baselines", "within_soft_close_to_rpb",
+        "within_hard_keeps_nmi_loses_accuracy", "global_hard_loses_accuracy_not_nmi",
+        "router_l2_close_to_rpb", "rpb_hard_keeps_nmi_costs_accuracy", "zloss_below_sft_and_rpb",
+    }  # fmt: skip
+    assert set(rows.index[rows["verdict"] == "not testable here: in_domain_headroom failed"]) == untestable
+    # OpenR1 and DeepSeek have premises that held (or none measured): their verdicts stand
+    assert (rows.drop(index=sorted(untestable))["verdict"] == REPRODUCED).all()
+    text = rows.at["rpb_above_sft_lbl_id_ood", "ours"]
+    assert "math20k ID: RPB 45.77 ± 0.20 vs SFT / NoAux 55.77 ± 0.20 (not testable here: " in text
+    assert "in_domain_headroom (accuracy, Moonlight-16B-A3B math20k) failed; Δ -10.00)" in text
+    assert "✗" not in text and "math20k OOD: RPB 19.53 ± 0.20 vs SFT / NoAux" in text  # OOD: no premise
+    assert rows.at["rpb_above_sft_lbl_id_ood", "paper_check"] == REPRODUCED  # the paper needs no toy gate
+    assert "Premises (results/tables/gates.md)" in md
 
 
 def test_the_table_shows_contradicted_claims(tmp_path):

@@ -54,12 +54,17 @@ def test_paired_difference_refuses_unpaired_or_duplicate_items():
     ("value", "se", "passed"), [(0.5, 0.2, True), (0.4, 0.2, False), (0.39, 0.2, False), (-1.0, 0.1, False)]
 )
 def test_verdict_passes_strictly_above_two_standard_errors(value, se, passed):
-    gate = gates.verdict("forgetting", gates.LOGLIK, "m", "c", (value, se, 10), 2.0)
+    gate = gates.verdict("in_domain_headroom", gates.LOGLIK, "m", "c", (value, se, 10), 2.0)
     assert gate.passed is passed and gate.threshold == pytest.approx(2 * se)
 
 
 def test_a_single_item_never_passes():
-    assert not gates.verdict("forgetting", gates.LOGLIK, "m", "c", (5.0, math.nan, 1), 2.0).passed
+    assert not gates.verdict("in_domain_headroom", gates.LOGLIK, "m", "c", (5.0, math.nan, 1), 2.0).passed
+
+
+def test_an_unknown_gate_is_refused():
+    with pytest.raises(ValueError, match="unknown gate 'forgetting'"):
+        gates.verdict("forgetting", gates.LOGLIK, "m", "c", (0.5, 0.1, 10), 2.0)
 
 
 def test_routing_gates_compare_own_with_each_override():
@@ -81,17 +86,58 @@ def test_routing_gates_compare_own_with_each_override():
     )  # fmt: skip
 
 
-def test_forgetting_reads_out_of_domain_items_only():
+def test_the_ood_change_reads_out_of_domain_items_only():
     families = {"gsm8k": "math", "mbpp": "code", "mmlu": "multi_domain"}
     base = frame({("gsm8k", "a"): -1.0, ("mbpp", "b"): -1.0, ("mmlu", "c"): -1.0, ("mmlu", "d"): -1.2})
     sft = frame({("gsm8k", "a"): 0.0, ("mbpp", "b"): -1.5, ("mmlu", "c"): -1.7, ("mmlu", "d"): -1.7})
-    forgetting, headroom = gates.sft_gates("m", "math20k", "math", families, base, sft, None, None, 2.0)
-    assert forgetting.items == 3  # the in-domain gsm8k item, which SFT improved, is left out
-    assert forgetting.value == pytest.approx(np.mean([0.5, 0.7, 0.5]))
-    assert (headroom.gate, headroom.items, headroom.value) == ("in_domain_headroom", 1, pytest.approx(1.0))
+    headroom, ood = gates.sft_gates("m", "math20k", "math", families, base, sft, None, None, 2.0)
+    assert (ood.gate, ood.role, ood.items) == ("ood_change", "diagnostic", 3)  # gsm8k is in domain
+    assert ood.value == pytest.approx(-np.mean([0.5, 0.7, 0.5]))  # SFT minus base: a loss is negative
+    assert (headroom.gate, headroom.role, headroom.items, headroom.value) == (
+        "in_domain_headroom", "premise", 1, pytest.approx(1.0),
+    )  # fmt: skip
 
 
-def test_forgetting_on_accuracy_averages_each_items_repeats():
+def test_sft_above_the_base_out_of_domain_as_in_the_paper_is_no_failure():
+    """The paper's SFT gains out of domain (15.65 vs 12.56, 35.83 vs 19.89): no premise reads it."""
+    families = {"gsm8k": "math", "mbpp": "code"}
+    base = {("mbpp", f"o{n}"): -1.0 - 0.01 * n for n in range(6)}
+    base |= {("gsm8k", f"i{n}"): -1.0 for n in range(6)}
+    # SFT gains on every item, 0.3 out of domain and 0.5 in domain, give or take 0.01
+    gains = {key: (0.3 if key[0] == "mbpp" else 0.5) + 0.01 * (n % 3) for n, key in enumerate(base)}
+    base, sft = frame(base), frame({key: value + gains[key] for key, value in base.items()})
+    headroom, ood = gates.sft_gates("m", "math20k", "math", families, base, sft, None, None, 2.0)
+    assert headroom.passed and ood.passed and ood.role == gates.DIAGNOSTIC
+    text = gates.render_markdown(gates.gates_frame([headroom, ood]), 2.0, "toy")
+    assert "| ood_change | diagnostic |" in text and "| positive |" in text and "FAIL" not in text
+    assert "15.65 vs 12.56" in text and "35.83 vs 19.89" in text
+    assert "forgetting is no premise" in text
+
+
+@pytest.mark.parametrize(
+    ("role", "value", "passed", "reading"),
+    [
+        ("premise", 0.5, True, "pass"),
+        ("premise", -0.5, False, "FAIL"),
+        ("premise", 0.1, False, "FAIL"),
+        ("diagnostic", 0.5, True, "positive"),
+        ("diagnostic", -0.5, False, "negative"),
+        ("diagnostic", 0.1, False, "within noise"),
+        ("diagnostic", -0.1, False, "within noise"),
+    ],
+)
+def test_a_premise_passes_or_fails_and_a_diagnostic_reads_its_sign(role, value, passed, reading):
+    assert gates.reading(role, value, 0.2, passed) == reading
+
+
+def test_every_gate_has_a_role_and_a_meaning():
+    assert set(gates.ROLES) == set(gates.GATE_MEANINGS)
+    assert {name for name, role in gates.ROLES.items() if role == gates.PREMISE} == {
+        "routing_carries_task", "in_domain_headroom",
+    }  # fmt: skip
+
+
+def test_the_sft_gates_on_accuracy_average_each_items_repeats():
     families = {"gsm8k": "math", "mbpp": "code"}
     scores = lambda s: pd.DataFrame(  # noqa: E731
         [{"benchmark": b, "item_id": i, "repeat": r, "score": s[b, i][r]} for b, i in s for r in range(2)]
@@ -111,14 +157,15 @@ def test_forgetting_on_accuracy_averages_each_items_repeats():
     lik = frame(dict.fromkeys(base, -1.0))
     gates_ = gates.sft_gates("m", "math20k", "math", families, lik, lik, scores(base), scores(sft), 2.0)
     accuracy = {gate.gate: gate for gate in gates_ if gate.metric == "accuracy"}
-    assert accuracy["forgetting"].value == pytest.approx(100 * (0.5 + 0.5 + 0.0) / 3)
+    assert accuracy["ood_change"].value == pytest.approx(-100 * (0.5 + 0.5 + 0.0) / 3)
     assert accuracy["in_domain_headroom"].value == pytest.approx(100.0)
 
 
 def test_markdown_names_every_gate_and_its_verdict():
-    gate = gates.verdict("forgetting", gates.LOGLIK, "moonlight", "math20k", (0.1, 0.01, 40), 2.0)
+    gate = gates.verdict("in_domain_headroom", gates.LOGLIK, "moonlight", "math20k", (0.1, 0.01, 40), 2.0)
     text = gates.render_markdown(gates.gates_frame([gate]), 2.0, "toy")
-    assert "| forgetting | loglik_mean | moonlight | math20k | 40 | 0.1000 | 0.0100 | 0.0200 | pass |" in text
+    row = "| in_domain_headroom | premise | loglik_mean | moonlight | math20k | 40 | 0.1000 | 0.0100 |"
+    assert f"{row} 0.0200 | pass |" in text
     assert all(name in text for name in gates.GATE_MEANINGS)
 
 

@@ -49,6 +49,9 @@ LIKELIHOOD_FILE = "likelihood.parquet"  # teacher-forced gold-answer log-likelih
 LIKELIHOOD_SUMMARY = "likelihood.json"
 LIKELIHOOD_PROVENANCE = "likelihood.provenance.json"
 GATES_TABLE = "gates"  # tables/gates.{csv,md}: the sanity gates (report/gates.py), not a paper table
+#: The scales whose default run builds the gates, and whose claims table reads them (at paper scale the
+#: gates' likelihood jobs cost GPU time: a named target there, which the claims never wait for).
+GATES_SCALES = ("toy",)
 SHUFFLE_PROVENANCE = "shuffle-provenance.json"
 TABLE_SUFFIXES = (".csv", ".md", ".tex")
 FIGURE_SUFFIXES = (".csv", ".png", ".pdf")  # the csv holds the figure's data
@@ -98,6 +101,11 @@ def rule_path(kind: str, suffix: str = "", **fields: str) -> str:
 def result_path(results: str | Path, kind: str, **fields: Any) -> Path:
     """One concrete result path below ``results``: every field of the template given."""
     return Path(results) / PATHS[kind].format(**fields)
+
+
+def gates_path(results: str | Path) -> Path:
+    """The sanity gates' CSV (report/gates.py) below ``results``."""
+    return Path(f"{result_path(results, 'table', table=GATES_TABLE)}.csv")
 
 
 def reference_files(output_id: str) -> dict[str, str]:

@@ -17,16 +17,21 @@ one-sided test (``close`` two of them, TOST) at level 1 − ``confidence``. A ce
 its own (one seed, a mean printed without spread, or an sd of zero) borrows the pooled sd of its
 model, corpus, condition family (hard top-k enforcement or soft) and metric, widening to other
 corpora, other models, then other families only where nothing nearer exists (the text says which).
+
+A check rests on premises (:func:`premises`): sanity gates of ``report/gates.py``. Where one of
+them failed at this scale, the check is not testable here and gets no verdict.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from scipy import stats
+
+from workflow_scripts.report.gates import IN_DOMAIN_HEADROOM, LOGLIK, ROUTING_CARRIES_TASK
 
 SPLITS = ("math20k", "coding20k")
 ACCURACY_METRICS = ("overall9", "id", "ood", "avg12")
@@ -42,13 +47,24 @@ READING = {"above": "direction", "below": "direction", "close": "tolerance", "at
 HARD_CONDITIONS = frozenset({"rpb_hard", "within_hard", "global_hard"})
 #: Power of the minimal detectable effect.
 POWER = 0.8
-REPRODUCED, CONTRADICTED, UNRESOLVED, MISSING = (
+REPRODUCED, CONTRADICTED, UNRESOLVED, MISSING, NOT_TESTABLE = (
     "reproduced",
     "contradicted",
     "unresolved at this power",
     "missing",
+    "not testable here",
 )
-VERDICT_MARK = {REPRODUCED: "✓", CONTRADICTED: "✗", UNRESOLVED: "?", MISSING: "missing"}
+VERDICT_MARK = {
+    REPRODUCED: "✓",
+    CONTRADICTED: "✗",
+    UNRESOLVED: "?",
+    MISSING: "missing",
+    NOT_TESTABLE: NOT_TESTABLE,
+}
+#: The accuracy metrics that read in-domain items (Overall@9 and Avg (12) include them).
+IN_DOMAIN_METRICS = ("id", "overall9", "avg12")
+#: The gates' metric for accuracy (report/gates.py: avg@k per item, in percent).
+GATE_ACCURACY = "accuracy"
 #: Where a borrowed sd came from, nearest first (see :func:`pool_keys`).
 POOL_SCOPES = ("", "other corpora", "other models", "other condition families")
 
@@ -250,6 +266,39 @@ class Inexpressible:
     reason: str
 
 
+@dataclass(frozen=True)
+class Premise:
+    """A sanity gate a check rests on (``report/gates.py``): its name, metric, model and corpus
+    (``-`` for a gate of the base model alone)."""
+
+    gate: str
+    metric: str
+    model: str
+    corpus: str
+
+
+def premises(check: Check) -> tuple[Premise, ...]:
+    """The premise gates of ``check``, per compared model.
+
+    - An accuracy check reading in-domain items (ID, Overall@9, Avg (12)) rests on SFT learning in
+      domain at all (``in_domain_headroom`` on accuracy, the model and corpus): without that gain
+      the fine-tuned conditions have nothing in domain to differ in.
+    - An accuracy check with a hard-enforced condition rests on routing carrying the task
+      (``routing_carries_task``, the base model): otherwise overriding it can cost nothing.
+
+    Community NMI checks rest on neither.
+    """
+    found: list[Premise] = []
+    if check.metric == "nmi":
+        return ()
+    for cell in check.cells():
+        if check.metric in IN_DOMAIN_METRICS:
+            found.append(Premise(IN_DOMAIN_HEADROOM, GATE_ACCURACY, cell.model, cell.corpus))
+        if cell.condition in HARD_CONDITIONS:
+            found.append(Premise(ROUTING_CARRIES_TASK, LOGLIK, cell.model, "-"))
+    return tuple(dict.fromkeys(found))
+
+
 def check_verdict(relation: str, difference: float, bound: float, tolerance: float) -> str:
     """Reproduced, contradicted or unresolved, for ``difference`` Δ (side minus reference) with its
     ``bound`` b = t·SE and the relation's ``tolerance`` (0 for an ordering).
@@ -283,12 +332,12 @@ def check_verdict(relation: str, difference: float, bound: float, tolerance: flo
 
 
 def claim_verdict(verdicts: Iterable[str]) -> str:
-    """Contradicted if any check is; else missing if any cell lacks a value; else unresolved if any
-    check is; else reproduced."""
+    """Contradicted if any check is; else not testable here if a check's premise failed; else
+    missing if any cell lacks a value; else unresolved if any check is; else reproduced."""
     verdicts = list(verdicts)
     if not verdicts:
         raise ValueError("a claim needs at least one check")
-    for verdict in (CONTRADICTED, MISSING, UNRESOLVED):
+    for verdict in (CONTRADICTED, NOT_TESTABLE, MISSING, UNRESOLVED):
         if verdict in verdicts:
             return verdict
     return REPRODUCED
@@ -369,7 +418,7 @@ def welch_dof(terms: Iterable[tuple[float, float]]) -> float:
 @dataclass(frozen=True)
 class Outcome:
     """One check: its difference, the standard error and degrees of freedom of that difference,
-    its bound t·SE and the verdict."""
+    its bound t·SE and the verdict; ``failed``, the premises that failed (then not testable here)."""
 
     check: Check
     difference: float
@@ -377,10 +426,14 @@ class Outcome:
     dof: float
     bound: float
     verdict: str
+    failed: tuple[Premise, ...] = ()
 
 
-def evaluate(claim: Claim, values: Mapping[Cell, Estimate], rules: Rules) -> list[Outcome]:
-    """Every check of ``claim`` with ``values`` (absent cells are missing)."""
+def evaluate(
+    claim: Claim, values: Mapping[Cell, Estimate], rules: Rules, failed: Collection[Premise] = ()
+) -> list[Outcome]:
+    """Every check of ``claim`` with ``values`` (absent cells are missing); a check with a premise
+    in ``failed`` is not testable here, whatever its numbers."""
     outcomes = []
     for check in claim.checks:
         a, terms_a = side_terms(check.side, values)
@@ -390,7 +443,7 @@ def evaluate(claim: Claim, values: Mapping[Cell, Estimate], rules: Rules) -> lis
         dof = welch_dof(terms)
         bound = rules.bound(se, dof)
         tolerance = rules.tolerance(check.metric, check.relation)
-        outcomes.append(
-            Outcome(check, a - b, se, dof, bound, check_verdict(check.relation, a - b, bound, tolerance))
-        )
+        verdict = check_verdict(check.relation, a - b, bound, tolerance)
+        blocked = tuple(premise for premise in premises(check) if premise in failed)
+        outcomes.append(Outcome(check, a - b, se, dof, bound, NOT_TESTABLE if blocked else verdict, blocked))
     return outcomes

@@ -4,7 +4,8 @@ against our results and against the paper's numbers, by the rules of :mod:`claim
 Our side of a cell is the mean and sample sd over training seeds of the per-seed values the other
 tables read; the paper's side is ``reference/claims.csv``. This module reads both and renders one
 row per claim: its words, the compared cells, each check's numbers with its reading (direction,
-tolerance or margin), and both verdicts.
+tolerance or margin), and both verdicts. Where the run builds the sanity gates (toy scale), a check
+whose premise gate failed is not testable here and gets no verdict of ours.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from workflow_scripts import layout
 from workflow_scripts.registry import BASE
 from workflow_scripts.report.claim_rules import (
     CONTRADICTED,
@@ -23,6 +25,7 @@ from workflow_scripts.report.claim_rules import (
     METRICS,
     MISSING,
     MISSING_ESTIMATE,
+    NOT_TESTABLE,
     POWER,
     RELATION_TEXT,
     RELATIONS,
@@ -35,6 +38,7 @@ from workflow_scripts.report.claim_rules import (
     Estimate,
     Inexpressible,
     Outcome,
+    Premise,
     Rules,
     Side,
     check_verdict,
@@ -65,10 +69,11 @@ from workflow_scripts.report.table import ReportInputs, Table
 
 __all__ = [
     "CLAIMS", "CONTRADICTED", "FROZEN_BIAS", "FROZEN_BIAS_CLAIMS", "FROZEN_BIAS_PAPER", "HARD_CONDITIONS",
-    "INEXPRESSIBLE", "INEXPRESSIBLE_VERDICT", "METRICS", "MISSING", "NOT_IN_PAPER", "POWER", "RELATIONS",
+    "INEXPRESSIBLE", "INEXPRESSIBLE_VERDICT", "METRICS", "MISSING", "NOT_IN_PAPER", "NOT_TESTABLE", "POWER",
+    "Premise", "RELATIONS",
     "REPRODUCED", "SEEDS", "SENSITIVITY", "TABLES", "TESTED", "UNRESOLVED", "Cell", "Check", "Claim",
     "Estimate", "Inexpressible", "Rules", "Side", "check_verdict", "claim_rows", "claim_verdict",
-    "needed_cells", "our_estimates", "paper_estimates", "pooled_sds", "with_spread",
+    "failed_premises", "needed_cells", "our_estimates", "paper_estimates", "pooled_sds", "with_spread",
 ]  # fmt: skip
 
 TABLE_ID = "claims"
@@ -198,16 +203,45 @@ def outcome_text(
     a = side_label(check.side, label, with_model) + _side_text(check.side, values, digits, seeds)
     b = side_label(check.reference, label, with_model) + _side_text(check.reference, values, digits, seeds)
     text = f"{label(check.corpus)} {METRIC_LABELS[check.metric]}: {a} vs {b}"
+    difference = fixed(outcome.difference, digits, sign=True)
+    if outcome.verdict == NOT_TESTABLE:
+        failed = ", ".join(premise_text(p, label) for p in outcome.failed)
+        return f"{text} ({NOT_TESTABLE}: {failed} failed; Δ {difference})"
     if outcome.verdict == MISSING:
         return f"{text} (missing)"
     reading = reading_text(check, rules)
-    difference = fixed(outcome.difference, digits, sign=True)
     if math.isnan(outcome.bound):
         return f"{text} ({reading}, Δ {difference}, no spread: {VERDICT_MARK[UNRESOLVED]})"
     bound = f"t·SE {fixed(outcome.bound, digits)} (df {outcome.dof:.0f})"
     if check.reading == "direction":
         bound += f", MDE {fixed(rules.mde(outcome.se, outcome.dof), digits)}"
     return f"{text} ({reading}, Δ {difference}, {bound}: {VERDICT_MARK[outcome.verdict]})"
+
+
+def premise_text(premise: Premise, label: Callable[[str], str]) -> str:
+    """``gate (metric, model[ corpus])`` of one premise gate."""
+    where = label(premise.model) + ("" if premise.corpus == "-" else f" {label(premise.corpus)}")
+    return f"{premise.gate} ({premise.metric}, {where})"
+
+
+def failed_premises(gates: pd.DataFrame | None) -> frozenset[Premise]:
+    """The premise gates that failed, from the gates table (``report/gates.py``'s CSV); none without one."""
+    if gates is None:
+        return frozenset()
+    failed = gates[(gates["role"] == "premise") & ~gates["passed"].astype(bool)]
+    return frozenset(
+        Premise(str(row.gate), str(row.metric), str(row.model), str(row.corpus))
+        for row in failed.itertuples(index=False)
+    )
+
+
+def verdict_text(outcomes: Sequence[Outcome]) -> str:
+    """The claim's verdict; where not testable, the gates that failed."""
+    verdict = claim_verdict(o.verdict for o in outcomes)
+    if verdict != NOT_TESTABLE:
+        return verdict
+    gates = dict.fromkeys(p.gate for o in outcomes for p in o.failed)
+    return f"{NOT_TESTABLE}: {', '.join(gates)} failed"
 
 
 def compared_text(claim: Claim, label: Callable[[str], str]) -> str:
@@ -235,13 +269,15 @@ def claim_rows(
     seeds: int = 3,
     inexpressible: Sequence[Inexpressible] = (),
     sensitivity: Sequence[Claim] = (),
+    failed: frozenset[Premise] = frozenset(),
 ) -> pd.DataFrame:
     """One row per claim: its words, what it compares, our and the paper's numbers, both verdicts.
 
     A cell without its own sd borrows its metric's pooled sd from the same source (ours over our
     cells, the paper's over every cell of the reference). ``sensitivity`` claims follow, ours only
     (the paper has no numbers for them, :data:`FROZEN_BIAS_PAPER`); then ``inexpressible`` claims,
-    each with its reason under ``compared``.
+    each with its reason under ``compared``. A check of ours resting on a premise in ``failed`` (the
+    gates of this run) is not testable here; the paper's checks rest on the paper's scale.
     """
     ours = with_spread(ours, pooled_sds(ours.items()))
     unique_paper = {cell: value for (_, cell), value in paper.items()}
@@ -250,7 +286,7 @@ def claim_rows(
     for claim in claims:
         paper_values = with_spread(claim_values(paper, claim), paper_pool)
         many = len(claim.models()) > 1
-        ours_outcomes = evaluate(claim, ours, rules)
+        ours_outcomes = evaluate(claim, ours, rules, failed)
         paper_outcomes = evaluate(claim, paper_values, rules)
         rows.append(
             {
@@ -261,12 +297,12 @@ def claim_rows(
                 "paper": "; ".join(
                     outcome_text(o, paper_values, rules, label, 0, many) for o in paper_outcomes
                 ),
-                "verdict": claim_verdict(o.verdict for o in ours_outcomes),
+                "verdict": verdict_text(ours_outcomes),
                 "paper_check": claim_verdict(o.verdict for o in paper_outcomes),
             }
         )
     for claim in sensitivity:
-        ours_outcomes = evaluate(claim, ours, rules)
+        ours_outcomes = evaluate(claim, ours, rules, failed)
         many = len(claim.models()) > 1
         rows.append(
             {
@@ -275,7 +311,7 @@ def claim_rows(
                 "compared": compared_text(claim, label),
                 "ours": "; ".join(outcome_text(o, ours, rules, label, seeds, many) for o in ours_outcomes),
                 "paper": FROZEN_BIAS_PAPER,
-                "verdict": claim_verdict(o.verdict for o in ours_outcomes),
+                "verdict": verdict_text(ours_outcomes),
                 "paper_check": NOT_IN_PAPER,
             }
         )
@@ -344,9 +380,9 @@ def _rules_notes(rules: Rules) -> list[str]:
         "families, the text says which ('borrowed from other models'). Ours pool over our multi-seed "
         "cells, the paper's over every cell of reference/claims.csv that prints an sd. An sd is never "
         "below half a printed unit. A seed-matched cell (s42) is that seed's run alone.",
-        "A claim is contradicted when any check is; else missing when a compared cell has no result; "
-        "else unresolved when any check is; else reproduced. ✓ reproduced, ✗ contradicted, "
-        "? unresolved.",
+        "A claim is contradicted when any check is; else not testable here when a check's premise "
+        "gate failed; else missing when a compared cell has no result; else unresolved when any check "
+        "is; else reproduced. ✓ reproduced, ✗ contradicted, ? unresolved.",
         "Inexpressible rows are claims the paper makes that the rules cannot test (not resolved on the "
         "paper's own numbers, or on a metric or cell the table does not have): listed with the reason.",
     ]
@@ -360,6 +396,27 @@ def _frozen_bias_note(label: Callable[[str], str]) -> str:
         "(their settings: expert_bias_update_rate 0), as RPB trains (F.6), where the claim's own row "
         "trains them at training.expert_bias_update_rate. The paper reports no such runs."
     )
+
+
+def _premises_note() -> str:
+    return (
+        "Premises (results/tables/gates.md): an accuracy check reading in-domain items (ID, Overall@9, "
+        "Avg (12)) rests on SFT learning in domain (in_domain_headroom on accuracy, per model and "
+        "corpus), and an accuracy check of a hard-enforced condition on routing carrying the task "
+        "(routing_carries_task, per model). Where such a gate failed, the check is 'not testable "
+        "here' with the gate named, and gets no ✓ or ✗: the toy cannot show the effect, whatever it "
+        "is. A gate not measured (a corpus without an SFT gate run) withholds nothing."
+    )
+
+
+def read_gates(inputs: ReportInputs) -> pd.DataFrame | None:
+    """The gates table where this scale builds it (``layout.GATES_SCALES``), else None."""
+    if inputs.config["scale"] not in layout.GATES_SCALES:
+        return None
+    path = inputs.results.path(layout.gates_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no sanity gates table (rule gates)")
+    return pd.read_csv(path)
 
 
 def claims_table(inputs: ReportInputs) -> Table:
@@ -377,6 +434,7 @@ def claims_table(inputs: ReportInputs) -> Table:
     # The sensitivity rows where their frozen variants are declared (toy scale: config.yaml's scales).
     declared = {condition for cell in inputs.cells for condition in cell.get("conditions", [])}
     sensitivity = SENSITIVITY if declared & set(FROZEN_BIAS.values()) else ()
+    gates = read_gates(inputs)
     rows = claim_rows(
         CLAIMS,
         our_estimates(seed_frame(inputs), cells),
@@ -386,6 +444,7 @@ def claims_table(inputs: ReportInputs) -> Table:
         seeds,
         INEXPRESSIBLE,
         sensitivity,
+        failed_premises(gates),
     )
     notes = [
         "Ours: mean ± sample sd over training seeds (community NMI over probed seeds, bias-free); "
@@ -395,6 +454,7 @@ def claims_table(inputs: ReportInputs) -> Table:
         "Rules on the paper's numbers: the same checks on reference/claims.csv, with each value's "
         "seed count from its table's caption (F.5); every claim tested must be reproduced there.",
         *([_frozen_bias_note(label)] if sensitivity else []),
+        *([_premises_note()] if gates is not None else []),
     ]
     if config["scale"] == "toy":
         notes.insert(

@@ -109,7 +109,7 @@ def run_figure_plot(args: argparse.Namespace) -> None:
 
 
 def run_gates(args: argparse.Namespace) -> None:
-    """The sanity gates (routing carries the task, forgetting) from likelihood and score files."""
+    """The sanity gates (routing carries the task, in-domain headroom, OOD change) from their files."""
     import json
 
     import pandas as pd
@@ -210,7 +210,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         commands,
         "gates",
         run_gates,
-        "sanity gates: does routing carry the task, does SFT forget out of domain (value, SE, verdict)",
+        "sanity gates: does routing carry the task, does SFT learn in domain; its OOD change (value, SE)",
         inputs=("base_likelihood", "sft_likelihood", "base_scores", "sft_scores"),
         outputs=("csv", "md"),
     )

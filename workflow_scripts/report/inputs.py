@@ -20,6 +20,9 @@ FIGURE_READS: dict[str, tuple[str, ...]] = {
     "figure2": ("prior_arrays",),
     "coactivation_heatmaps": ("routes",),
 }
+#: The tables that read the sanity gates (results/tables/gates.csv) where a run builds them by
+#: default (layout.GATES_SCALES): the claims table withholds the verdicts whose premise failed.
+GATE_READERS = ("claims",)
 
 
 class UndeclaredInputError(ValueError):
@@ -79,4 +82,6 @@ def declared_files(config: Mapping[str, Any], output_id: str, results: str | Pat
     closure = registry.closure(config, output_id)
     files = _closure_files(Path(results), closure)
     files += _figure_files(Path(results), closure, FIGURE_READS.get(output_id, ()))
+    if output_id in GATE_READERS and config["scale"] in layout.GATES_SCALES:
+        files.append(layout.gates_path(results))
     return sorted(set(files))
