@@ -40,7 +40,9 @@ onstart:
 
         jobs = [(job.rule.name, dict(job.wildcards.items())) for job in workflow.dag.jobs]
         targets = [rule.name for rule in workflow.dag.targetrules]
-        if stop := before_slurm_run(config, CONFIG_FILES, workflow.dag.targetfiles, targets, jobs, sys.argv, logger.info):
+        if stop := before_slurm_run(
+            config, CONFIG_FILES, workflow.dag.targetfiles, targets, jobs, HUB_LOCK, sys.argv, logger.info
+        ):
             raise WorkflowError(stop)
     if config["fork_server"] and workflow.local_exec:  # never for jobs a cluster executor submits
         forkserver.start("logs/forkserver.log")

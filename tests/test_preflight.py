@@ -25,7 +25,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.hub_server import TOKEN, USER, HubServer, Repo, commit_of, pinned_overlay, repos_of_config
-from workflow_scripts import compute_plan
+from workflow_scripts import compute_plan, hub
 from workflow_scripts.preflight import checklist, disk, profiles, slurm, targets
 
 TOY = ["--config", str(ROOT / "config.yaml"), "--overlay", str(ROOT / "profiles/local/toy.yaml")]
@@ -130,12 +130,15 @@ def preflight(tmp_path: Path, *args: str, path: Path | None, env: dict | None = 
     }
     environment |= {"PATH": str(path) if path else "/nonexistent", "HF_HOME": str(tmp_path / "hf")}
     environment |= {"PYTHONPATH": str(ROOT), **(env or {})}
+    # This test's own lock file (none unless a test writes it), not the checkout's hub.lock.yaml.
+    lock = ["--lock", str(tmp_path / "hub.lock.yaml")]
     command = [
         sys.executable,
         "-m",
         "workflow_scripts",
         "preflight",
         *args,
+        *lock,
         "--results",
         str(tmp_path / "results"),
     ]
@@ -430,6 +433,28 @@ def test_an_unreachable_hub_is_reported_once_and_the_repositories_skipped(tmp_pa
     assert repos and all(value == ("skipped", "the hub is unreachable") for value in repos)
 
 
+def test_a_python_without_huggingface_hub_fails_the_hub_check_saying_so(tmp_path, site, pinned):
+    """The Python that runs Snakemake may lack the client: the hub's line says so, the rest still runs."""
+    argv = [
+        "preflight",
+        "table5",
+        *pinned,
+        "--profile",
+        str(site_profile(tmp_path)),
+        "--results",
+        str(tmp_path),
+    ]
+    program = (
+        "import sys; sys.modules['huggingface_hub'] = None\n"  # what an environment without it raises
+        f"from workflow_scripts.cli import main; sys.exit(main({argv!r}))"
+    )
+    env = {"PATH": str(site), "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True)
+    found = checks(done)
+    assert found["Hugging Face hub"][0] == "FAIL" and "not installed" in found["Hugging Face hub"][1]
+    assert found["SLURM account rpb_ci"][0] == "ok" and done.returncode == 2
+
+
 @pytest.mark.slow
 def test_moving_revisions_fail_naming_their_keys_and_todays_commits(tmp_path, site, paper_repos):
     paper = ["--config", str(ROOT / "config.yaml")]
@@ -437,12 +462,25 @@ def test_moving_revisions_fail_naming_their_keys_and_todays_commits(tmp_path, si
         done = hub_run(tmp_path, site, hub, "table5", *paper)
     status, detail = checks(done)["hub revisions"]
     assert done.returncode == 2 and status == "FAIL"
-    assert "14 name a moving ref" in detail
+    assert "14 name a moving ref" in detail and "run `python -m workflow_scripts lock` once" in detail
     assert (
         f"datasets.glm51.hub.revision main (today {commit_of('Jackrong/GLM-5.1-Reasoning-1M-Cleaned')})"
         in detail
     )
     assert "config.yaml" in detail
+
+
+@pytest.mark.slow
+def test_refs_the_hub_lock_resolves_count_as_commits(tmp_path, site, paper_repos, paper_config):
+    """config.yaml's `main` with hub.lock.yaml's commits: what the download rules fetch is what is checked."""
+    lock = {(r.kind, r.repo, "main"): commit_of(r.repo) for r in paper_repos}
+    (tmp_path / "hub.lock.yaml").write_text(hub.lock_text(lock))
+    with HubServer(paper_repos) as server:
+        done = hub_run(tmp_path, site, server, "table5", "--config", str(ROOT / "config.yaml"))
+    found = checks(done)
+    assert found["hub revisions"] == ("ok", "all 14 are commits (14 through hub.lock.yaml)")
+    gsm8k = f"hub dataset openai/gsm8k@{commit_of('openai/gsm8k')}"
+    assert found[gsm8k] == ("ok", f"commit {commit_of('openai/gsm8k')}")
 
 
 def test_disk_at_toy_scale_has_no_estimate_and_reports_the_free_space(tmp_path, site):
@@ -618,7 +656,7 @@ def test_the_hub_repositories_of_a_run_are_those_of_its_download_jobs(paper_conf
         ("download_benchmark", {"benchmark": "gpqa_diamond"}),
         ("build_corpus", {"corpus": "math20k"}),
     ]
-    repos = targets.hub_repos(paper_config, targets.hub_entries_of_jobs(jobs))
+    repos = targets.hub_repos(paper_config, targets.hub_entries_of_jobs(jobs), lock={})
     assert [(r.kind, r.repo, r.revision) for r in repos] == [
         ("model", "moonshotai/Moonlight-16B-A3B", "main"),
         ("dataset", "Idavidrein/gpqa", "main"),

@@ -504,8 +504,8 @@ def accounted(job_ids: list[str], fields: tuple[str, ...]) -> list[dict[str, str
 
 
 def paper_overlay(work: Path, config: dict) -> list[str]:
-    """Every hub revision a commit the stand-in hub knows; Megatron trainings on this cluster's two nodes."""
-    overlay = {**pinned_overlay(config), **TWO_NODES}
+    """Every hub revision a commit the stand-in hub knows; Megatron trainings on the two 8-GPU nodes here."""
+    overlay = {**pinned_overlay(config), "training": {"parallelism": {"nodes": 2}}}
     (work / "pinned.yaml").write_text(yaml.safe_dump(overlay))
     return ["--overlay", "pinned.yaml"]
 
@@ -582,7 +582,7 @@ def test_preflight_passes_with_the_clusters_account_and_partition(
     assert skipped == {"SLURM QOS", "GPU software"}, skipped
     assert {status for name, (status, _) in found.items() if name != "disk"} == {"ok", "skipped"}
     assert found["GPUs of train_megatron"][1].startswith(
-        f"2 nodes x 2 GPUs (config.yaml training.parallelism) on {cluster.partition}"
+        f"2 nodes x 8 GPUs (config.yaml training.parallelism) on {cluster.partition}"
     )
     assert found["hub revisions"] == ("ok", "all 14 are commits")
     assert hub.url in found["compute nodes reach the hub"][1]

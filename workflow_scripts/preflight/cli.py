@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts import registry
+from workflow_scripts import hub, registry
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.preflight import disk, hub_access, nodes, profiles, slurm, targets
 from workflow_scripts.preflight.checklist import SKIPPED, Check, failure, render
@@ -66,6 +66,9 @@ def register(stages: argparse._SubParsersAction) -> None:
         help=f"a Snakemake profile, as for snakemake --profile (default: {DEFAULT_PROFILE}); repeatable, "
         "a later one replaces an earlier one's top-level keys, as in Snakemake",
     )
+    parser.add_argument(
+        "--lock", default=hub.LOCK_FILE, help=f"the hub lock the downloads read (default: {hub.LOCK_FILE})"
+    )
     parser.add_argument("--results", default="results", help="the results folder whose disk is checked")
     parser.add_argument(
         "--hub-timeout",
@@ -101,6 +104,7 @@ def run_checks(
     resources: profiles.Resources,
     megatron: bool,
     hub_entries: Iterable[tuple[str, str]],
+    lock: hub.Lock,
     results: Path,
     options: Options,
     environ: Mapping[str, str],
@@ -110,11 +114,9 @@ def run_checks(
     training = slurm.Allocation("train_megatron", parallelism["nodes"], parallelism["gpus_per_node"])
     allocations = [training] if megatron else []
     found = slurm.checks(resources, allocations, env=environ)
-    from huggingface_hub import get_token
-
-    hub = hub_access.endpoint()
-    repos = targets.hub_repos(config, hub_entries)
-    found += hub_access.checks(repos, hub, get_token(), timeout=options.hub_timeout)
+    endpoint = hub_access.endpoint()
+    repos = targets.hub_repos(config, hub_entries, lock)
+    found += hub_access.checks(repos, endpoint, hub_access.token(), timeout=options.hub_timeout)
     found.append(disk.check(config, ids, results, disk.hf_home(environ)))
     if options.gpu:
         softwares = nodes.software(
@@ -124,7 +126,7 @@ def run_checks(
     else:
         found.append(Check("GPU software", SKIPPED, f"needs a GPU node: run {nodes.HOW_TO_RUN}"))
     if options.nodes_reach_hub:
-        found.append(nodes.hub_reach_check(resources, hub, environ))
+        found.append(nodes.hub_reach_check(resources, endpoint, environ))
     else:
         found.append(
             Check(
@@ -164,6 +166,7 @@ def run(args: argparse.Namespace) -> None:
         resources,
         targets.trains_with_megatron(config, ids),
         targets.hub_entries_of_targets(config, ids),
+        hub.read_lock(args.lock),
         Path(args.results),
         options,
         os.environ,
@@ -181,14 +184,16 @@ def before_slurm_run(
     target_files: Iterable[str],
     target_rules: Iterable[str],
     jobs: Sequence[tuple[str, Mapping[str, str]]],
+    lock: hub.Lock,
     argv: Sequence[str],
     say: Callable[[str], None],
 ) -> str | None:
     """Preflight in a SLURM run (Snakemake's ``onstart``): the checklist via ``say``; why to stop, or None.
 
     The run's targets are its requested tables and figures, its hub repositories those of its
-    download jobs (``jobs``: rule name and wildcards of every job of the DAG, done or not), its
-    profiles those of Snakemake's command line (``argv``). The checks that submit jobs are left
+    download jobs (``jobs``: rule name and wildcards of every job of the DAG, done or not) at the
+    revisions the rules pass (config.yaml's, or ``lock``'s commit for a ref), its profiles those
+    of Snakemake's command line (``argv``). The checks that submit jobs are left
     to the command (how to run them is printed).
     """
     try:
@@ -196,7 +201,9 @@ def before_slurm_run(
         ids = targets.of_run(config, target_files, target_rules)
         megatron = targets.megatron_rules(config, {rule for rule, _ in jobs})
         entries = targets.hub_entries_of_jobs(jobs)
-        found = run_checks(config, ids, resources, megatron, entries, Path("results"), Options(), os.environ)
+        found = run_checks(
+            config, ids, resources, megatron, entries, lock, Path("results"), Options(), os.environ
+        )
     except UserInputError as error:
         return f"preflight: {error}"
     say(_header(ids, resources, config_files) + "\n" + render(found))

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from workflow_scripts.hub import LOCK_COMMAND, LOCK_FILE
 from workflow_scripts.preflight.checklist import FAIL, OK, SKIPPED, Check, named_list
 from workflow_scripts.preflight.targets import HubRepo
 
@@ -22,11 +23,25 @@ _NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "requests", "urllib3", "socke
 UNREACHABLE = "the hub is unreachable"
 
 
-def endpoint() -> str:
-    """The hub's address as ``huggingface_hub`` reads it (``HF_ENDPOINT``, else huggingface.co)."""
-    from huggingface_hub import constants
+DEFAULT_ENDPOINT = "https://huggingface.co"
+MISSING_CLIENT = (
+    "huggingface_hub is not installed in the Python that runs preflight (and Snakemake): install "
+    "it (envs/requirements-local.txt pins it) to check the hub"
+)
 
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+def endpoint() -> str:
+    """The hub's address as ``huggingface_hub`` reads it: ``HF_ENDPOINT``, else huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def token() -> str | None:
+    """The token ``huggingface_hub`` would send (``HF_TOKEN``, else ``hf auth login``'s), if any."""
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return os.environ.get("HF_TOKEN") or None
+    return get_token()
 
 
 def _first_line(error: BaseException) -> str:
@@ -76,7 +91,10 @@ def _failure(
         seen_by = "your token" if token else "anonymous requests (no token)"
         return f"not found, or private and hidden from {seen_by}: check {keys('repo')} in the config"
     if kind == "revision":
-        return f"revision {repo.revision} not found in {repo.repo}: check {keys('revision')} in the config"
+        lock = f" and its ref's commit in {LOCK_FILE}" if repo.revision != repo.configured else ""
+        return (
+            f"revision {repo.revision} not found in {repo.repo}: check {keys('revision')} in the config{lock}"
+        )
     if kind == "gated" and token is None:
         return (
             f"gated, and no token: accept its terms at {page(hub, repo)} while logged in, then set "
@@ -102,8 +120,10 @@ def checks(
             )
         ]
     if api is None:
-        from huggingface_hub import HfApi
-
+        try:
+            from huggingface_hub import HfApi
+        except ImportError:
+            return [Check("Hugging Face hub", FAIL, MISSING_CLIENT)]
         api = HfApi(endpoint=hub)
     credential: str | bool = token if token else False
     unreachable: BaseException | None = None
@@ -180,20 +200,22 @@ def _token_check(api: Any, token: str, hub: str) -> tuple[Check, str | None]:
 
 
 def _revisions_check(results: Sequence[tuple[HubRepo, Check, str | None]]) -> Check:
-    """Every configured revision a commit: a moving ref would download whatever the hub holds that day."""
+    """Every download at a commit (config.yaml's, or the lock's for its ref): a ref fetches that day's."""
     total = sum(len(repo.keys) for repo, _, _ in results)
+    locked = sum(len(repo.keys) for repo, _, _ in results if repo.revision != repo.configured)
     moving = [
-        f"{key}.revision {repo.revision}" + (f" (today {sha})" if sha else "")
+        f"{key}.revision {repo.configured}" + (f" (today {sha})" if sha else "")
         for repo, _, sha in results
         if not COMMIT.fullmatch(repo.revision)
         for key in repo.keys
     ]
     if not moving:
-        return Check("hub revisions", OK, f"all {total} are commits")
+        source = f" ({locked} through {LOCK_FILE})" if locked else ""
+        return Check("hub revisions", OK, f"all {total} are commits{source}")
     return Check(
         "hub revisions",
         FAIL,
-        f"{len(moving)} name a moving ref, not a commit: {named_list(moving)}: write the commits into "
-        "config.yaml, so that every download fetches one fixed state (a later change of a revision "
-        "reruns its download and everything downstream)",
+        f"{len(moving)} name a moving ref, not a commit, that {LOCK_FILE} does not resolve: "
+        f"{named_list(moving)}: run `{LOCK_COMMAND}` once (it resolves every ref into {LOCK_FILE}, which "
+        "the downloads read), or write commits into config.yaml",
     )

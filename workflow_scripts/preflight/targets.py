@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workflow_scripts import registry
+from workflow_scripts import hub, registry
 from workflow_scripts.layout import RESULTS
 
 ALL = "all"
@@ -23,7 +23,6 @@ DOWNLOAD_RULES = {
     "download_model": ("models", "model"),
     "download_benchmark": ("benchmarks", "benchmark"),
 }
-REPO_TYPES = {"datasets": "dataset", "models": "model", "benchmarks": "dataset"}
 _OUTPUT_FILE = re.compile(rf"(?:.*/)?{RESULTS}/(?:tables|figures|provenance)/([a-z0-9_]+)\.[a-z.]+")
 
 
@@ -36,11 +35,16 @@ def of_run(config: Mapping[str, Any], files: Iterable[str], rules: Iterable[str]
 
 @dataclass(frozen=True)
 class HubRepo:
-    """One hub repository at one revision, and the registry entries (``benchmarks.gpqa.hub``) naming it."""
+    """One hub repository at one revision, and the registry entries (``benchmarks.gpqa.hub``) naming it.
+
+    ``revision`` is what a download fetches: ``configured`` (config.yaml's) where that is a
+    commit, else the commit ``hub.lock.yaml`` resolved it to, else the ref itself (unlocked).
+    """
 
     kind: str  # "model" or "dataset", the hub's repository type
     repo: str
     revision: str
+    configured: str
     keys: tuple[str, ...]
     gated: bool
 
@@ -81,29 +85,28 @@ def hub_entries_of_targets(config: Mapping[str, Any], ids: Sequence[str]) -> lis
     return [(section, name) for section, name in dict.fromkeys(entries) if "hub" in config[section][name]]
 
 
-def hub_repos(config: Mapping[str, Any], entries: Iterable[tuple[str, str]]) -> list[HubRepo]:
-    """The distinct (type, repository, revision) of ``entries``, in order, each with every entry naming it."""
-    grouped: dict[tuple[str, str, str], list[tuple[str, Mapping[str, Any]]]] = {}
-    for section, name in entries:
-        entry = config[section][name]
-        revision = configured_revision(config, section, name)
-        grouped.setdefault((REPO_TYPES[section], entry["hub"]["repo"], revision), []).append(
-            (f"{section}.{name}.hub", entry)
-        )
-    return [
-        HubRepo(kind, repo, revision, tuple(key for key, _ in named), any(e.get("gated") for _, e in named))
-        for (kind, repo, revision), named in grouped.items()
-    ]
+def hub_repos(config: Mapping[str, Any], entries: Iterable[tuple[str, str]], lock: hub.Lock) -> list[HubRepo]:
+    """The distinct (type, repository, revision) of ``entries``, in order, each with every entry naming it.
 
-
-def configured_revision(config: Mapping[str, Any], section: str, name: str) -> str:
-    """The revision a download of entry ``section.name`` fetches: config.yaml's ``hub.revision``.
-
-    Hook for the hub lock (issue 31, item 4; ``hub.lock.yaml``): once it lands, a ref that the lock
-    resolves downloads the locked commit, and this returns that commit (its module's
-    ``locked_revision``), so that preflight checks and pins exactly what the download rules fetch.
+    The revision is the download rules' (``hub.locked_revision``): the same commit whether
+    config.yaml names it or the lock resolves config.yaml's ref to it.
     """
-    return str(config[section][name]["hub"]["revision"])
+    grouped: dict[tuple[str, str, str, str], list[tuple[str, Mapping[str, Any]]]] = {}
+    for section, name in entries:
+        source = hub.hub_source(config, section, name)
+        key = (source.repo_type, source.repo, hub.locked_revision(source, lock), source.revision)
+        grouped.setdefault(key, []).append((f"{section}.{name}.hub", config[section][name]))
+    return [
+        HubRepo(
+            kind,
+            repo,
+            revision,
+            configured,
+            tuple(key for key, _ in named),
+            any(e.get("gated") for _, e in named),
+        )
+        for (kind, repo, revision, configured), named in grouped.items()
+    ]
 
 
 def megatron_rules(config: Mapping[str, Any], rules: Iterable[str]) -> bool:
