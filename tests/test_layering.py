@@ -140,3 +140,37 @@ def test_the_graph_sees_lazy_and_submodule_imports():
     assert ("workflow_scripts.__main__", "workflow_scripts.cli") in edges
     # ``from package import module`` is an edge to that module, not to the package
     assert ("workflow_scripts.train.cli", "workflow_scripts.train.megatron.entry") in edges
+
+
+# Inside report/figures: the shared module first, then one module per figure, then the package's
+# FIGURES registry, which imports them all; a figure module never imports another figure's.
+FIGURE_PACKAGE = "workflow_scripts.report.figures"
+FIGURE_ORDER = (
+    (f"{FIGURE_PACKAGE}.common",),
+    tuple(
+        f"{FIGURE_PACKAGE}.{name}"
+        for name in (
+            "figure1",
+            "figure2",
+            "figure3",
+            "beta_sweep",
+            "rho_sensitivity",
+            "coactivation_heatmaps",
+        )
+    ),
+    (FIGURE_PACKAGE,),
+)
+
+
+def test_each_figure_has_a_module_that_imports_only_the_shared_one():
+    placed = {module: rank for rank, layer in enumerate(FIGURE_ORDER) for module in layer}
+    present = {
+        module for module in MODULES if module == FIGURE_PACKAGE or module.startswith(f"{FIGURE_PACKAGE}.")
+    }
+    assert present == set(placed), f"place these in FIGURE_ORDER: {sorted(present ^ set(placed))}"
+    wrong = [
+        f"{source} imports {target} at {where[0]}"
+        for (source, target), where in sorted(module_edges().items())
+        if source in placed and target in placed and placed[target] >= placed[source]
+    ]
+    assert not wrong, "figure modules that import sideways or upward:\n" + "\n".join(wrong)
