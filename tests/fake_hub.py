@@ -1,8 +1,7 @@
 """The hub's two lookups faked for the lock's tests: ``HfApi`` answering with the hub's own info objects.
 
-RECONSTRUCTED: this file was overwritten by mistake by the preflight work (issue 31, item 1) while
-it was uncommitted; this is the version that was inline in tests/test_hub_lock.py before it
-moved here, with ``install`` as its fixture's body. Its author should check it against theirs.
+Only the lookup a lock makes (``model_info``/``dataset_info`` at a ref, read for ``.sha``) is faked,
+with huggingface_hub's own ``ModelInfo``/``DatasetInfo``; ``install`` puts it in place of ``HfApi``.
 """
 
 from __future__ import annotations
