@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts import hub, registry
+from workflow_scripts.commands import add_registry_arguments, registry_config
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.preflight import disk, hub_access, nodes, profiles, slurm, targets
 from workflow_scripts.preflight.checklist import SKIPPED, Check, failure, render
-from workflow_scripts.registry import CONFIG_FILE
 
 DEFAULT_PROFILE = "slurm"
 
@@ -52,13 +52,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         metavar="TARGET",
         help="table or figure ids, or 'all' (default): their hub repositories and disk are checked",
     )
-    parser.add_argument("--config", default=CONFIG_FILE, help=f"registry file (default: {CONFIG_FILE})")
-    parser.add_argument(
-        "--overlay",
-        action="append",
-        default=[],
-        help="YAML merged over the config; repeatable, later ones win",
-    )
+    add_registry_arguments(parser)
     parser.add_argument(
         "--profile",
         action="append",
@@ -145,10 +139,7 @@ def _header(ids: Sequence[str], resources: profiles.Resources, config_files: Seq
 
 
 def run(args: argparse.Namespace) -> None:
-    try:
-        config = registry.load_config([args.config, *args.overlay])
-    except registry.RegistryError as error:
-        raise UserInputError(str(error)) from None
+    config = registry_config(args)
     known = registry.outputs(config)
     for target in args.targets:
         if target != targets.ALL and target not in known:
