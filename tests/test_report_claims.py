@@ -77,9 +77,10 @@ CLAIMS_CELLS = yaml.safe_load(
   probe_seeds: [42, 43, 44]
 - {models: [moonlight], corpora: [math20k, coding20k], conditions: [kl_base, logit_l2],
    eval_seeds: [42, 43, 44]}
-- {models: [moonlight], corpora: [math20k, coding20k], conditions: [rpb_hard],
+- {models: [moonlight], corpora: [math20k, coding20k], conditions: [rpb_hard, rpb_beta050],
    eval_seeds: [42], probe_seeds: [42]}
-- {models: [moonlight], corpora: [math20k, coding20k], conditions: [zloss], eval_seeds: [42]}
+- {models: [moonlight], corpora: [math20k, coding20k], conditions: [zloss, router_l2_1e2, router_l2_1e3],
+   eval_seeds: [42]}
 - {models: [moonlight], corpora: [openr1math], conditions: [rpb, lbl], eval_seeds: [42, 43, 44]}
 - {models: [deepseek_v2_lite], corpora: [math20k, coding20k], conditions: [rpb],
    eval_seeds: [42], probe_seeds: [42]}
@@ -268,7 +269,18 @@ def test_a_misspelt_claim_rule_fails_naming_it():
 
 # ---------------------------------------------------------------- the paper's numbers, as data
 
-PAPER_TABLES = {"table2", "table3", "table4", "table5", "table6", "table8", "table12", "table15", "table16"}
+PAPER_TABLES = {
+    "table2",
+    "table3",
+    "table4",
+    "table5",
+    "table6",
+    "table7",
+    "table8",
+    "table12",
+    "table15",
+    "table16",
+}
 
 
 def test_every_paper_number_is_the_cell_of_its_paper_table():
@@ -410,7 +422,11 @@ CONTRADICTING = {
     "lbl_below_rpb_openr1": ("moonlight", "lbl", "overall9", "rpb", 1.0),
     "rpb_nmi_above_sft_lbl": ("moonlight", "sft", "nmi", "rpb", 0.01),
     "within_soft_close_to_rpb": ("moonlight", "within_soft", "overall9", "rpb", -8.0),
-    "within_hard_keeps_nmi_loses_accuracy": ("moonlight", "within_hard", "nmi", "rpb", -0.05),
+    "within_hard_keeps_nmi_loses_accuracy": ("moonlight", "within_hard", "nmi", "within_soft", -0.05),
+    "soft_to_hard_costs_more_than_scramble": ("moonlight", "within_soft", "overall9", "rpb", -12.0),
+    "router_l2_nmi_above_sft_lbl": ("moonlight", "router_l2", "nmi", "sft", -0.02),
+    "beta_nmi_saturates": ("moonlight", "rpb_beta050", "nmi", "sft", -0.01),
+    "router_l2_lambda_insensitive": ("moonlight", "router_l2_1e2", "overall9", "router_l2", -6.0),
     "global_hard_loses_accuracy_not_nmi": ("moonlight", "global_hard", "overall9", "within_hard", 1.0),
     "router_l2_close_to_rpb": ("moonlight", "router_l2", "nmi", "rpb", -0.1),
     "rpb_hard_keeps_nmi_costs_accuracy": ("moonlight", "rpb_hard", "overall9", "rpb", 3.0),
@@ -496,8 +512,9 @@ def test_a_reversed_deepseek_gap_is_not_reproduced():
 
 
 def test_a_hard_condition_just_outside_the_margin_fails_at_or_above():
-    """within-hard 0.015 NMI below RPB: outside the 0.01 at-or-above margin."""
-    rows = _verdicts(_set(_paper_means(), "moonlight", "within_hard", "nmi", "rpb", -0.015))
+    """within-hard 0.015 NMI below within-soft (the soft side at the same prior): outside the 0.01
+    at-or-above margin."""
+    rows = _verdicts(_set(_paper_means(), "moonlight", "within_hard", "nmi", "within_soft", -0.015))
     claim = rows.at["within_hard_keeps_nmi_loses_accuracy", "verdict"]
     assert claim == CONTRADICTED, rows.at["within_hard_keeps_nmi_loses_accuracy", "ours"]
     assert "margin 0.010, Δ -0.015" in rows.at["within_hard_keeps_nmi_loses_accuracy", "ours"]
@@ -576,6 +593,7 @@ def test_routing_not_carrying_the_task_withholds_the_hard_costs_only():
     withheld = "not testable here: routing_carries_task failed"
     for claim_id in (
         "within_hard_keeps_nmi_loses_accuracy",
+        "soft_to_hard_costs_more_than_scramble",
         "global_hard_loses_accuracy_not_nmi",
         "rpb_hard_keeps_nmi_costs_accuracy",
     ):
@@ -583,8 +601,8 @@ def test_routing_not_carrying_the_task_withholds_the_hard_costs_only():
         assert "✗" not in rows.at[claim_id, "ours"]
     hard = rows.at["within_hard_keeps_nmi_loses_accuracy", "ours"]
     assert "Comm. NMI: within-hard" not in hard  # labels are ids without a config
-    assert "math20k Comm. NMI: within_hard 0.634 ± 0.002 vs rpb 0.631 ± 0.002 (margin 0.010" in hard
-    assert "(not testable here: routing_carries_task (loglik_mean, moonlight) failed; Δ +0.00)" in hard
+    assert "math20k Comm. NMI: within_hard 0.634 ± 0.002 vs within_soft 0.632 ± 0.002 (margin 0.010" in hard
+    assert "(not testable here: routing_carries_task (loglik_mean, moonlight) failed; Δ +1.04)" in hard
     assert rows.at["deepseek_scope_condition", "verdict"] == REPRODUCED  # DeepSeek's routing gate held
     assert rows.at["lbl_below_rpb", "verdict"] == REPRODUCED
     means = _contradicted("within_hard_keeps_nmi_loses_accuracy")  # NMI 0.05 below RPB
@@ -597,6 +615,23 @@ def test_the_claims_read_the_gates_where_the_run_builds_them():
     assert gates_path("results") in declared_files(toy, "claims", "results")
     assert gates_path("results") not in declared_files(paper, "claims", "results")
     assert gates_path("results") not in declared_files(toy, "table5", "results")
+
+
+def test_a_cell_on_both_sides_of_a_gap_check_counts_once_with_its_weight():
+    """within-soft − within-hard against RPB − within-soft: within-soft enters Δ and SE with weight 2."""
+    claim = next(c for c in CLAIMS if c.claim_id == "soft_to_hard_costs_more_than_scramble")
+    check = claim.checks[0]
+    cell = lambda condition: Cell("moonlight", "math20k", condition, "overall9")  # noqa: E731
+    assert claim_rules.coefficients(check) == {
+        cell("within_soft"): 2.0,
+        cell("within_hard"): -1.0,
+        cell("rpb"): -1.0,
+    }
+    values = {cell("within_soft"): Estimate(27.0, 0.3, 3), cell("within_hard"): Estimate(19.0, 0.6, 3)}
+    values[cell("rpb")] = Estimate(28.0, 0.3, 3)
+    outcome = claim_rules.evaluate(Claim("x", "w", "s", (check,)), values, RULES)[0]
+    assert outcome.difference == pytest.approx(2 * 27.0 - 19.0 - 28.0)
+    assert outcome.se == pytest.approx(math.sqrt((4 * 0.09 + 0.36 + 0.09) / 3))
 
 
 def test_no_check_is_made_twice():
@@ -1004,6 +1039,7 @@ def test_the_table_withholds_the_verdicts_whose_premise_gate_failed(tmp_path):
         "anchors_comparable_above_baselines", "within_soft_close_to_rpb",
         "within_hard_keeps_nmi_loses_accuracy", "global_hard_loses_accuracy_not_nmi",
         "router_l2_close_to_rpb", "rpb_hard_keeps_nmi_costs_accuracy", "zloss_below_sft_and_rpb",
+        "soft_to_hard_costs_more_than_scramble", "beta_nmi_saturates", "router_l2_lambda_insensitive",
     }  # fmt: skip
     assert set(rows.index[rows["verdict"] == "not testable here: in_domain_headroom failed"]) == untestable
     # OpenR1 and DeepSeek have premises that held (or none measured): their verdicts stand

@@ -429,21 +429,46 @@ class Outcome:
     failed: tuple[Premise, ...] = ()
 
 
+def coefficients(check: Check) -> dict[Cell, float]:
+    """Each cell's weight in the check's difference (side minus reference): a cell on both sides
+    (within-soft in within-soft − within-hard against RPB − within-soft) is one term, weight 2."""
+    weights: dict[Cell, float] = {}
+    for side, sign in ((check.side, 1.0), (check.reference, -1.0)):
+        if side is None:
+            continue
+        weights[side.cell] = weights.get(side.cell, 0.0) + sign
+        if side.less is not None:
+            weights[side.less] = weights.get(side.less, 0.0) - sign
+    return {cell: weight for cell, weight in weights.items() if weight != 0}
+
+
 def evaluate(
     claim: Claim, values: Mapping[Cell, Estimate], rules: Rules, failed: Collection[Premise] = ()
 ) -> list[Outcome]:
     """Every check of ``claim`` with ``values`` (absent cells are missing); a check with a premise
-    in ``failed`` is not testable here, whatever its numbers."""
+    in ``failed`` is not testable here, whatever its numbers.
+
+    Δ = Σ c·mean and SE² = Σ c²·sd²/n over the check's cells with their weights c
+    (:func:`coefficients`), the cells' seed means taken as independent.
+    """
     outcomes = []
     for check in claim.checks:
-        a, terms_a = side_terms(check.side, values)
-        b, terms_b = side_terms(check.reference, values)
-        terms = [*terms_a, *terms_b]
+        estimates = {cell: values.get(cell, MISSING_ESTIMATE) for cell in check.cells()}
+        if any(e.missing for e in estimates.values()):
+            difference, terms = math.nan, []
+        else:
+            weights = coefficients(check)
+            difference = sum(w * estimates[cell].mean for cell, w in weights.items())
+            terms = [
+                (w**2 * estimates[c].sd ** 2 / estimates[c].n, estimates[c].dof) for c, w in weights.items()
+            ]
         se = math.sqrt(sum(v for v, _ in terms)) if terms else math.nan
         dof = welch_dof(terms)
         bound = rules.bound(se, dof)
         tolerance = rules.tolerance(check.metric, check.relation)
-        verdict = check_verdict(check.relation, a - b, bound, tolerance)
+        verdict = check_verdict(check.relation, difference, bound, tolerance)
         blocked = tuple(premise for premise in premises(check) if premise in failed)
-        outcomes.append(Outcome(check, a - b, se, dof, bound, NOT_TESTABLE if blocked else verdict, blocked))
+        outcomes.append(
+            Outcome(check, difference, se, dof, bound, NOT_TESTABLE if blocked else verdict, blocked)
+        )
     return outcomes
