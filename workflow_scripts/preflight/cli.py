@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts import hub, registry
+from workflow_scripts import hub, layout, registry
 from workflow_scripts.commands import add_registry_arguments, registry_config
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.preflight import disk, hub_access, nodes, profiles, slurm, targets
@@ -63,7 +63,7 @@ def register(stages: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--lock", default=hub.LOCK_FILE, help=f"the hub lock the downloads read (default: {hub.LOCK_FILE})"
     )
-    parser.add_argument("--results", default="results", help="the results folder whose disk is checked")
+    parser.add_argument("--results", default=layout.RESULTS, help="the results folder whose disk is checked")
     parser.add_argument(
         "--hub-timeout",
         type=float,
@@ -193,7 +193,7 @@ def before_slurm_run(
         megatron = targets.megatron_rules(config, {rule for rule, _ in jobs})
         entries = targets.hub_entries_of_jobs(jobs)
         found = run_checks(
-            config, ids, resources, megatron, entries, lock, Path("results"), Options(), os.environ
+            config, ids, resources, megatron, entries, lock, Path(layout.RESULTS), Options(), os.environ
         )
     except UserInputError as error:
         return f"preflight: {error}"
