@@ -81,7 +81,7 @@ CLAIMS_CELLS = yaml.safe_load(
    eval_seeds: [42], probe_seeds: [42]}
 - {models: [moonlight], corpora: [math20k, coding20k], conditions: [zloss, router_l2_1e2, router_l2_1e3],
    eval_seeds: [42]}
-- {models: [moonlight], corpora: [openr1math], conditions: [rpb, lbl], eval_seeds: [42, 43, 44]}
+- {models: [moonlight], corpora: [openr1math], conditions: [rpb, sft, lbl], eval_seeds: [42, 43, 44]}
 - {models: [deepseek_v2_lite], corpora: [math20k, coding20k], conditions: [rpb],
    eval_seeds: [42], probe_seeds: [42]}
 - {models: [deepseek_v2_lite], corpora: [math20k, coding20k], conditions: [sft, lbl], probe_seeds: [42]}
@@ -349,8 +349,7 @@ def test_inexpressible_claims_are_listed_once_and_apart_from_the_tested():
     ids = [c.claim_id for c in INEXPRESSIBLE]
     assert len(set(ids)) == len(ids) and not set(ids) & set(CLAIM_IDS)
     by_id = {c.claim_id: c for c in INEXPRESSIBLE}
-    assert "0.96" in by_id["openr1_rpb_above_noaux"].paper
-    assert "tables.claims" in by_id["openr1_rpb_above_noaux"].reason
+    assert "57.58" in by_id["lbl_below_rpb_qwen3"].paper and "t·SE" in by_id["lbl_below_rpb_qwen3"].reason
 
 
 def test_without_a_reference_the_paper_side_is_missing():
@@ -420,6 +419,7 @@ CONTRADICTING = {
     "rpb_above_sft_overall9_ood": ("moonlight", "sft", "overall9", "rpb", 1.0),
     "anchors_comparable_above_baselines": ("moonlight", "kl_base", "overall9", "rpb", -8.0),
     "lbl_below_rpb_openr1": ("moonlight", "lbl", "overall9", "rpb", 1.0),
+    "rpb_above_noaux_openr1": ("moonlight", "sft", "overall9", "rpb", 1.0),
     "rpb_nmi_above_sft_lbl": ("moonlight", "sft", "nmi", "rpb", 0.01),
     "within_soft_close_to_rpb": ("moonlight", "within_soft", "overall9", "rpb", -8.0),
     "within_hard_keeps_nmi_loses_accuracy": ("moonlight", "within_hard", "nmi", "within_soft", -0.05),
@@ -1069,8 +1069,9 @@ def test_the_table_with_cells_not_declared_says_missing(tmp_path):
     config["tables"]["claims"]["cells"] = [c for c in CLAIMS_CELLS if c["corpora"] != ["openr1math"]]
     table, _ = _rendered(config, results, tmp_path)
     rows = table.set_index("claim").loc[CLAIM_IDS]
-    assert rows.at["lbl_below_rpb_openr1", "verdict"] == MISSING
-    assert (rows.drop(index="lbl_below_rpb_openr1")["verdict"] == REPRODUCED).all()
+    openr1 = ["lbl_below_rpb_openr1", "rpb_above_noaux_openr1"]
+    assert (rows.loc[openr1, "verdict"] == MISSING).all()
+    assert (rows.drop(index=openr1)["verdict"] == REPRODUCED).all()
 
 
 def test_a_declared_result_file_that_is_absent_fails_naming_it(tmp_path):
