@@ -6,16 +6,16 @@ with huggingface_hub's own ``ModelInfo``/``DatasetInfo``; ``install`` puts it in
 
 from __future__ import annotations
 
-import hashlib
-
 import huggingface_hub
 import pytest
 from huggingface_hub.hf_api import DatasetInfo, ModelInfo
 
+from tests import hub_server
+
 
 def commit_of(repo: str, ref: str, salt: str = "") -> str:
-    """A stand-in commit, distinct per repository, ref and salt (the hub "moving on")."""
-    return hashlib.sha1(f"{repo}@{ref}{salt}".encode()).hexdigest()
+    """The HTTP stand-in's commit of ``ref`` (tests/hub_server.py); another per salt (the hub moving on)."""
+    return hub_server.commit_of(repo, ref + salt)
 
 
 class FakeHub:
