@@ -21,9 +21,9 @@ from tests.report_files import sandbox
 from workflow_scripts import registry
 from workflow_scripts.atomic import write_json
 from workflow_scripts.cli import main as cli_main
-from workflow_scripts.layout import gates_path, metrics_path, summary_path
+from workflow_scripts.layout import gates_path, metrics_path, partition_path, summary_path
 from workflow_scripts.registry import BASE, RegistryError, closure, validate_config
-from workflow_scripts.report import claim_rules, claims, gates
+from workflow_scripts.report import claim_rules, claims, gates, scope_premise
 from workflow_scripts.report.claims import (
     CLAIMS,
     CONTRADICTED,
@@ -990,11 +990,26 @@ def _gates_table(config: dict, failing: tuple[tuple[str, str, str], ...] = ()) -
     return gates.gates_frame(rows)
 
 
+def _base_partition(corpus: str, sharp: bool) -> dict:
+    """A base partition's Q/A span profiles, (L 2, E 8) top-2 activation frequencies: ``sharp``, two
+    experts per domain take most tokens (Moonlight-like), else every expert alike on both domains."""
+    experts = (0, 1) if corpus == "math20k" else (2, 3)
+    row = [0.9 if e in experts else 0.2 / 6 for e in range(8)] if sharp else [0.25] * 8
+    span = {"tokens": 100, "effective_expert_fraction": 0.5, "p_topk": [row, row]}
+    return {"spans": {"Q": span, "A": span}}
+
+
 def _results_tree(
-    root: Path, config: dict, means: dict[Cell, float], failing: tuple[tuple[str, str, str], ...] = ()
+    root: Path,
+    config: dict,
+    means: dict[Cell, float],
+    failing: tuple[tuple[str, str, str], ...] = (),
+    sharp_deepseek: bool = False,
 ) -> Path:
     """Summaries and retention metrics of the claims closure: each cell's seeds as in _seed_rows;
-    the gates table at toy scale, every gate passing but ``failing`` (:func:`_gates_table`)."""
+    the base partitions' span profiles, Moonlight's sharp and DeepSeek's diffuse unless
+    ``sharp_deepseek`` (:func:`_base_partition`); the gates table at toy scale, every gate passing
+    but ``failing`` (:func:`_gates_table`)."""
     if config["scale"] == "toy":
         gates_path(root).parent.mkdir(parents=True, exist_ok=True)
         _gates_table(config, failing).to_csv(gates_path(root), index=False)
@@ -1016,7 +1031,10 @@ def _results_tree(
         run = {key: getattr(e, key) for key in ("model", "corpus", "condition", "seed")}
         write_json(summary_path(root, e), {**run, "repeats": 5, "benchmarks": benchmarks})
     for probe in result.probes:
-        if probe.condition != BASE and (nmi := value(probe, "nmi")) is not None:
+        if probe.condition == BASE:
+            sharp = probe.model != "deepseek_v2_lite" or sharp_deepseek
+            write_json(partition_path(root, probe.model, probe.corpus), _base_partition(probe.corpus, sharp))
+        elif (nmi := value(probe, "nmi")) is not None:
             summary = dict.fromkeys(RETENTION_KEYS.values(), 0.5) | {"nmi": nmi}
             write_json(metrics_path(root, probe), {"summary": summary, "null_model": {}, "sweep": []})
     return root
@@ -1083,6 +1101,56 @@ def test_the_table_withholds_the_verdicts_whose_premise_gate_failed(tmp_path):
     assert "✗" not in text and "math20k OOD: RPB 19.53 ± 0.20 vs SFT / NoAux" in text  # OOD: no premise
     assert rows.at["rpb_above_sft_lbl_id_ood", "paper_check"] == REPRODUCED  # the paper needs no toy gate
     assert "Premises (results/tables/gates.md)" in md
+
+
+def test_a_deepseek_base_as_sharp_as_moonlights_leaves_the_scope_nmi_untestable(tmp_path):
+    """D.2's premise read from the run's own base probes: DeepSeek's base as sharp and domain-specific
+    as Moonlight's withholds the scope claim's NMI verdicts, even a reversed gap; its RPB-hard cost
+    keeps its verdict, and the same results over a diffuse DeepSeek base contradict the claim."""
+    config = _config(toy=False)
+    means = _set(_paper_means(), "deepseek_v2_lite", "rpb", "nmi", "sft", -0.05)  # reversed, as if separated
+    claim = "deepseek_scope_condition"
+    table, md = _rendered(
+        config, _results_tree(tmp_path / "sharp", config, means, sharp_deepseek=True), tmp_path
+    )
+    rows = table.set_index("claim")
+    assert rows.at[claim, "verdict"] == "not testable here: diffuse_base_routing failed", rows.at[
+        claim, "ours"
+    ]
+    text = rows.at[claim, "ours"]
+    assert "(not testable here: diffuse_base_routing (sharpness_math, DeepSeek-V2-Lite), " in text
+    assert "diffuse_base_routing (cross_domain, DeepSeek-V2-Lite) failed; Δ" in text
+    assert "✗" not in text and "Avg (12): DeepSeek-V2-Lite RPB-hard s42" in text and "✓" in text
+    assert rows.at[claim, "paper_check"] == REPRODUCED
+    assert "Scope premise (diffuse_base_routing, Appendix D.2)" in md and "Here: sharpness_math" in md
+    table, _ = _rendered(config, _results_tree(tmp_path / "diffuse", config, means), tmp_path / "again")
+    assert table.set_index("claim").at[claim, "verdict"] == CONTRADICTED
+
+
+def test_the_paper_numbers_hold_the_scope_premise_well_inside_its_ratio():
+    """reference/appendix_d2.csv: DeepSeek's D.2 statistics are 0.26 and 0.19 of Moonlight's."""
+    d2 = load_reference(ROOT / "reference" / "appendix_d2.csv").pivot(
+        index="model", columns="column", values="value"
+    )
+    statistics = d2.to_dict(orient="index")
+    ratio = _config(toy=False, cells=False)["claim_rules"]["diffuse_ratio"]
+    assert scope_premise.failed_diffuse(statistics, "deepseek_v2_lite", "moonlight", ratio) == frozenset()
+    assert scope_premise.failed_diffuse(statistics, "deepseek_v2_lite", "moonlight", 0.2) == {
+        Premise("diffuse_base_routing", "sharpness_math", "deepseek_v2_lite", "-")
+    }
+    assert (
+        scope_premise.failed_diffuse(
+            {"moonlight": statistics["moonlight"]}, "deepseek_v2_lite", "moonlight", 0.2
+        )
+        == frozenset()
+    )
+
+
+def test_only_the_scope_claims_nmi_checks_rest_on_the_diffuse_base():
+    resting = {(claim.claim_id, check.metric) for claim in CLAIMS for check in claim.checks if check.rests_on}
+    assert resting == {("deepseek_scope_condition", "nmi")}
+    scope = next(c for c in CLAIMS if c.claim_id == "deepseek_scope_condition")
+    assert claim_rules.premises(scope.checks[0]) == scope_premise.diffuse_premises("deepseek_v2_lite")
 
 
 def test_the_table_shows_contradicted_claims(tmp_path):

@@ -200,12 +200,25 @@ class Side:
 
 
 @dataclass(frozen=True)
+class Premise:
+    """A premise a check rests on, a sanity gate of ``report/gates.py`` or the scope premise of
+    ``report/scope_premise.py``: its name, metric, model and corpus (``-``: the base model alone)."""
+
+    gate: str
+    metric: str
+    model: str
+    corpus: str
+
+
+@dataclass(frozen=True)
 class Check:
-    """``side`` stands in ``relation`` to ``reference`` (None: zero), on one metric."""
+    """``side`` stands in ``relation`` to ``reference`` (None: zero), on one metric; ``rests_on``:
+    premises of this check beyond those its metric and conditions bring (:func:`premises`)."""
 
     relation: str
     side: Side
     reference: Side | None
+    rests_on: tuple[Premise, ...] = ()
 
     def __post_init__(self) -> None:
         if self.relation not in RELATIONS:
@@ -266,17 +279,6 @@ class Inexpressible:
     reason: str
 
 
-@dataclass(frozen=True)
-class Premise:
-    """A sanity gate a check rests on (``report/gates.py``): its name, metric, model and corpus
-    (``-`` for a gate of the base model alone)."""
-
-    gate: str
-    metric: str
-    model: str
-    corpus: str
-
-
 def premises(check: Check) -> tuple[Premise, ...]:
     """The premise gates of ``check``, per compared model.
 
@@ -286,17 +288,18 @@ def premises(check: Check) -> tuple[Premise, ...]:
     - An accuracy check with a hard-enforced condition rests on routing carrying the task
       (``routing_carries_task``, the base model): otherwise overriding it can cost nothing.
 
-    Community NMI checks rest on neither.
+    Community NMI checks rest on neither. A check's own ``rests_on`` premises come last (the DeepSeek
+    scope claim's diffuse base routing, ``report/scope_premise.py``).
     """
     found: list[Premise] = []
     if check.metric == "nmi":
-        return ()
+        return check.rests_on
     for cell in check.cells():
         if check.metric in IN_DOMAIN_METRICS:
             found.append(Premise(IN_DOMAIN_HEADROOM, GATE_ACCURACY, cell.model, cell.corpus))
         if cell.condition in HARD_CONDITIONS:
             found.append(Premise(ROUTING_CARRIES_TASK, LOGLIK, cell.model, "-"))
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys((*found, *check.rests_on)))
 
 
 def check_verdict(relation: str, difference: float, bound: float, tolerance: float) -> str:

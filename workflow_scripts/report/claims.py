@@ -30,6 +30,7 @@ from workflow_scripts.report.claim_rules import (
     RELATION_TEXT,
     RELATIONS,
     REPRODUCED,
+    SPLITS,
     UNRESOLVED,
     VERDICT_MARK,
     Cell,
@@ -57,14 +58,18 @@ from workflow_scripts.report.paper_claims import (
     FROZEN_BIAS_SUFFIX,
     INEXPRESSIBLE,
     NOT_IN_PAPER,
+    SCOPE_MODEL,
+    SCOPE_REFERENCE,
     SEEDS,
     SENSITIVITY,
     TESTED,
     needed_cells,
 )
 from workflow_scripts.report.render import fixed
-from workflow_scripts.report.routing_frames import retention_frame
-from workflow_scripts.report.routing_tables import without_seeds
+from workflow_scripts.report.routing_frames import retention_frame, span_frame
+from workflow_scripts.report.routing_tables import d2_domains, d2_statistics, without_seeds
+from workflow_scripts.report.scope_premise import DIFFUSE_BASE_ROUTING, failed_diffuse
+from workflow_scripts.report.scope_premise import STATISTICS as SCOPE_STATISTICS
 from workflow_scripts.report.table import ReportInputs, Table
 
 __all__ = [
@@ -409,6 +414,41 @@ def _premises_note() -> str:
     )
 
 
+def base_statistics(inputs: ReportInputs) -> dict[str, dict[str, float]]:
+    """Appendix D.2's statistics of the scope claim's two frozen bases (:data:`SCOPE_MODEL`,
+    :data:`SCOPE_REFERENCE`), from the base probes the claims' NMI already reads; a model not
+    probed on both corpora of :data:`SPLITS` is left out (its premise is then not measured)."""
+    models = (SCOPE_MODEL, SCOPE_REFERENCE)
+    probes = [
+        p for p in inputs.closure.probes if p.condition == BASE and p.model in models and p.corpus in SPLITS
+    ]
+    pairs = {(p.model, p.corpus) for p in probes}
+    measured = [model for model in models if all((model, corpus) in pairs for corpus in SPLITS)]
+    if not measured:
+        return {}
+    spans = span_frame(inputs.results, probes)
+    domains = d2_domains(inputs.config, SPLITS, inputs.output_id)
+    return {model: d2_statistics(spans, model, domains) for model in measured}
+
+
+def _scope_note(
+    statistics: Mapping[str, Mapping[str, float]], ratio: float, label: Callable[[str], str]
+) -> str:
+    model, reference = label(SCOPE_MODEL), label(SCOPE_REFERENCE)
+    measured = "; ".join(
+        f"{name} {fixed(statistics[SCOPE_MODEL][name], 4)} vs {fixed(statistics[SCOPE_REFERENCE][name], 4)}"
+        for name in SCOPE_STATISTICS
+        if SCOPE_MODEL in statistics and SCOPE_REFERENCE in statistics
+    )
+    return (
+        f"Scope premise ({DIFFUSE_BASE_ROUTING}, Appendix D.2): deepseek_scope_condition's NMI checks rest "
+        f"on {model}'s frozen base routing being diffuse and domain-invariant against {reference}'s, each "
+        f"of ||p - U||_1 (math, sharpness_math) and ||p_math - p_code||_1 (cross_domain) at most "
+        f"{ratio:g} times {reference}'s (the paper: 0.1399 vs 0.5445, 0.0724 vs 0.3735). "
+        + (f"Here: {measured}." if measured else "Not measured here: withholds nothing.")
+    )
+
+
 def read_gates(inputs: ReportInputs) -> pd.DataFrame | None:
     """The gates table where this scale builds it (``layout.GATES_SCALES``), else None."""
     if inputs.config["scale"] not in layout.GATES_SCALES:
@@ -435,6 +475,9 @@ def claims_table(inputs: ReportInputs) -> Table:
     declared = {condition for cell in inputs.cells for condition in cell.get("conditions", [])}
     sensitivity = SENSITIVITY if declared & set(FROZEN_BIAS.values()) else ()
     gates = read_gates(inputs)
+    ratio = float(config["claim_rules"]["diffuse_ratio"])
+    statistics = base_statistics(inputs)
+    failed = failed_premises(gates) | failed_diffuse(statistics, SCOPE_MODEL, SCOPE_REFERENCE, ratio)
     rows = claim_rows(
         CLAIMS,
         our_estimates(seed_frame(inputs), cells),
@@ -444,7 +487,7 @@ def claims_table(inputs: ReportInputs) -> Table:
         seeds,
         INEXPRESSIBLE,
         sensitivity,
-        failed_premises(gates),
+        failed,
     )
     notes = [
         "Ours: mean ± sample sd over training seeds (community NMI over probed seeds, bias-free); "
@@ -455,6 +498,7 @@ def claims_table(inputs: ReportInputs) -> Table:
         "seed count from its table's caption (F.5); every claim tested must be reproduced there.",
         *([_frozen_bias_note(label)] if sensitivity else []),
         *([_premises_note()] if gates is not None else []),
+        _scope_note(statistics, ratio, label),
     ]
     if config["scale"] == "toy":
         notes.insert(

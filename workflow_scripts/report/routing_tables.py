@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations, product
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -391,32 +392,38 @@ def pool_distribution(spans: pd.DataFrame) -> np.ndarray:
     return layer_mean / layer_mean.sum()
 
 
+def d2_domains(config: Mapping[str, Any], corpora: Sequence[str], output_id: str) -> dict[str, str]:
+    """``{"math": corpus, "code": corpus}`` of ``corpora``: D.2's statistics need exactly one of each."""
+    domains = {config["corpora"][corpus]["domain"]: corpus for corpus in corpora}
+    if sorted(domains) != ["code", "math"] or len(corpora) != 2:
+        raise ValueError(f"{output_id}: needs one math and one code corpus, got {list(corpora)}")
+    return domains
+
+
+def d2_statistics(spans: pd.DataFrame, model: str, domains: Mapping[str, str]) -> dict[str, float]:
+    """Appendix D.2's statistics of ``model``'s frozen base from its span rows (:func:`span_frame`):
+    sharpness ||p - U||_1 per domain, ||p_math - p_code||_1 and the effective expert fractions."""
+    pools = {
+        domain: spans[(spans["model"] == model) & (spans["corpus"] == corpus)]
+        for domain, corpus in domains.items()
+    }
+    p = {domain: pool_distribution(pool) for domain, pool in pools.items()}
+    return {
+        "sharpness_math": float(sharpness(p["math"])),
+        "sharpness_code": float(sharpness(p["code"])),
+        "cross_domain": float(cross_domain_l1(p["math"], p["code"])),
+        **{
+            f"eff_frac_{domain}": layer_mean_effective_fraction(pool_layers(pool))
+            for domain, pool in pools.items()
+        },
+    }
+
+
 def appendix_d2(inputs: ReportInputs) -> Table:
     """Appendix D.2: base routing sharpness ||p - U||_1 per domain and ||p_math - p_code||_1; no seeds."""
-    corpora = list(inputs.rank("corpora"))
-    domains = {inputs.config["corpora"][corpus]["domain"]: corpus for corpus in corpora}
-    if sorted(domains) != ["code", "math"] or len(corpora) != 2:
-        raise ValueError(f"{inputs.output_id}: needs one math and one code corpus, got {corpora}")
+    domains = d2_domains(inputs.config, list(inputs.rank("corpora")), inputs.output_id)
     spans = span_frame(inputs.results, closure(inputs.config, inputs.output_id).probes)
-    rows = []
-    for model in inputs.rank("models"):
-        pools = {
-            domain: spans[(spans["model"] == model) & (spans["corpus"] == corpus)]
-            for domain, corpus in domains.items()
-        }
-        p = {domain: pool_distribution(pool) for domain, pool in pools.items()}
-        rows.append(
-            {
-                "model": model,
-                "sharpness_math": float(sharpness(p["math"])),
-                "sharpness_code": float(sharpness(p["code"])),
-                "cross_domain": float(cross_domain_l1(p["math"], p["code"])),
-                **{
-                    f"eff_frac_{domain}": layer_mean_effective_fraction(pool_layers(pool))
-                    for domain, pool in pools.items()
-                },
-            }
-        )
+    rows = [{"model": model, **d2_statistics(spans, model, domains)} for model in inputs.rank("models")]
     columns = ("sharpness_math", "sharpness_code", "cross_domain", "eff_frac_math", "eff_frac_code")
     return Table(
         table_id=inputs.output_id,
