@@ -291,11 +291,15 @@ def moe_layer_indices(model: nn.Module) -> list[int]:
 
 
 def save_toy_base(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike[str]
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: str | os.PathLike[str],
+    max_shard_size: int | str | None = None,
 ) -> Path:
     """Write ``model`` and ``tokenizer`` into ``out_dir``, atomically.
 
-    The model is written with ``save_pretrained``; config.json gets the legacy keys of
+    The model is written with ``save_pretrained`` (in shards of ``max_shard_size``, as the hub's
+    checkpoints are, when given; else transformers' default); config.json gets the legacy keys of
     ``legacy_vllm_keys`` (when the config carries them). A tokenizer loaded from a folder is
     written as that folder's files (``tokenizer_files``): a checkpoint ships its base's tokenizer
     as the hub ships it, where transformers' re-save would not (DeepSeek-V2-Lite's
@@ -310,7 +314,7 @@ def save_toy_base(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     old: Path | None = None
     try:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
         source = Path(getattr(tokenizer, "name_or_path", "") or "")
         files = tokenizer_files(source) if (source / "tokenizer_config.json").is_file() else []
         if files:

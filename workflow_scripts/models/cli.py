@@ -1,7 +1,8 @@
 """``python -m workflow_scripts models <command>``: base checkpoints at both scales.
 
     python -m workflow_scripts models download --repo moonshotai/Moonlight-16B-A3B --revision <commit> \\
-        --out results/models/moonlight/base --manifest results/models/moonlight/manifest.json
+        --out results/models/moonlight/base --manifest results/models/moonlight/manifest.json \\
+        [--moe-layers 2]
     python -m workflow_scripts models toy-base --architecture deepseek_v3 --spec '{...}' \\
         --pretrain '{...}' --out results/models/moonlight/base \\
         --report results/models/moonlight/routing_report.json
@@ -10,15 +11,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.atomic import write_json
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
+
+if TYPE_CHECKING:
+    from workflow_scripts.models.cut import Cut
 
 
 def run_download(args: argparse.Namespace) -> None:
@@ -46,7 +51,7 @@ def run_download(args: argparse.Namespace) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        huggingface_hub.snapshot_download(args.repo, revision=args.revision, local_dir=tmp)
+        cut = _snapshot(huggingface_hub, args, tmp)
         shutil.rmtree(tmp / ".cache", ignore_errors=True)
         if foreign := foreign_code(tmp):
             raise UserInputError(
@@ -58,15 +63,33 @@ def run_download(args: argparse.Namespace) -> None:
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    write_json(
-        args.manifest,
-        {
-            "repo": args.repo,
-            "revision_resolved": args.revision,
-            "remote_code": code,
-            "checkpoint": path_digest(target),
-        },
-    )
+    manifest = {
+        "repo": args.repo,
+        "revision_resolved": args.revision,
+        "remote_code": code,
+        "checkpoint": path_digest(target),
+    }
+    write_json(args.manifest, manifest if cut is None else {**manifest, "cut": dataclasses.asdict(cut)})
+
+
+def _snapshot(hub: Any, args: argparse.Namespace, folder: Path) -> Cut | None:
+    """Download the checkpoint into ``folder``; with ``--moe-layers`` only what the cut keeps, then cut.
+
+    A cut fetches the metadata first (config, index, tokenizer, remote code), then only the
+    shards its kept tensors live in: a rehearsal base costs a few of the source's gigabytes.
+    """
+    if args.moe_layers is None:
+        hub.snapshot_download(args.repo, revision=args.revision, local_dir=folder)
+        return None
+    from workflow_scripts.models import cut
+
+    source = f"{args.repo} at {args.revision}"
+    metadata = list(cut.METADATA_PATTERNS)
+    hub.snapshot_download(args.repo, revision=args.revision, local_dir=folder, allow_patterns=metadata)
+    kept = cut.plan_cut(folder, args.moe_layers, source)
+    shards = cut.needed_shards(folder, kept.layers)
+    hub.snapshot_download(args.repo, revision=args.revision, local_dir=folder, allow_patterns=shards)
+    return cut.cut_checkpoint(folder, args.moe_layers, source)
 
 
 def run_toy_base(args: argparse.Namespace) -> None:
@@ -187,6 +210,11 @@ def register(stages: argparse._SubParsersAction) -> None:
     download.add_argument("--out", required=True, help="checkpoint directory to create")
     download.add_argument(
         "--manifest", required=True, help="output JSON: commit, sha256 of each remote-code file, checksum"
+    )
+    download.add_argument(
+        "--moe-layers",
+        type=int,
+        help="keep the leading dense layers and this many MoE layers, downloading only their shards",
     )
 
     toy = add_command(
