@@ -134,6 +134,22 @@ def hub_revision(section):
     return lambda wildcards: dag_inputs.hub_revision(config, HUB_LOCK, section, wildcards[wildcard])
 
 
+def model_cut_params():
+    """``--moe-layers`` for the download of each model the registry cuts (``hub.keep_moe_layers``).
+
+    A param only where some model is cut (the rehearsal): at paper scale none is, and a new param,
+    even an empty one, would change every model download's params and rerun all that follows.
+    """
+    cuts = {
+        name: model["hub"]["keep_moe_layers"]
+        for name, model in config["models"].items()
+        if "keep_moe_layers" in model["hub"]
+    }
+    if not cuts:
+        return {}
+    return {"moe_layers": lambda w: f"--moe-layers {cuts[w.model]}" if w.model in cuts else ""}
+
+
 def raw_file(wildcards):
     corpus = config["corpora"][wildcards.corpus]
     return layout.rule_path("raw", ".parquet", dataset=corpus["dataset"], subset=corpus["subset"])

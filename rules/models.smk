@@ -6,6 +6,10 @@ localrules:
     download_model,
 
 
+# Bases cut to their first MoE layers (the rehearsal's) pass --moe-layers; the paper's pass nothing.
+MODEL_CUT = model_cut_params()
+
+
 rule download_model:
     output:
         base=directory(layout.rule_path("model", name=layout.BASE_MODEL)),
@@ -15,6 +19,7 @@ rule download_model:
     params:
         repo=lambda w: config["models"][w.model]["hub"]["repo"],
         revision=hub_revision("models"),
+        **MODEL_CUT,
     log:
         "logs/models/download/{model}.log",
     conda:
@@ -27,7 +32,9 @@ rule download_model:
         mem_mb=16000,
     shell:
         "python -m workflow_scripts models download --repo {params.repo:q} --revision {params.revision:q}"
-        " --out {output.base:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+        " --out {output.base:q} --manifest {output.manifest:q}"
+        + (" {params.moe_layers}" if MODEL_CUT else "")
+        + " > {log:q} 2>&1"
 
 
 rule toy_base_model:

@@ -272,6 +272,11 @@ def test_toy_model_sizes_take_experts_top_k_and_layers_from_the_registry(toy_con
          r"of corpus coding20k"),
         (lambda c: c["models"]["moonlight"].update(top_k=65),
          r"config key models\.moonlight\.top_k: 65 is above models\.moonlight\.experts 64"),
+        (lambda c: c["models"]["moonlight"]["hub"].update(keep_moe_layers=2),
+         r"config key models\.moonlight\.hub\.keep_moe_layers: 2 differs from models\.moonlight\.moe_layers "
+         r"26"),
+        (lambda c: c["models"]["qwen3_30b"]["hub"].update(keep_moe_layers=0),
+         r"config key models\.qwen3_30b\.hub\.keep_moe_layers: 0 is less than the minimum of 1"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_work_are_refused(paper_config, edit, message):

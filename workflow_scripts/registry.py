@@ -230,6 +230,12 @@ def _check_models(config: Mapping[str, Any]) -> None:
             raise RegistryError(
                 f"models.{name}.top_k: {model['top_k']} is above models.{name}.experts {model['experts']}"
             )
+        keep = model["hub"].get("keep_moe_layers", model["moe_layers"])
+        if keep != model["moe_layers"]:  # the cut base must have the MoE layers the rest of the DAG reads
+            raise RegistryError(
+                f"models.{name}.hub.keep_moe_layers: {keep} differs from models.{name}.moe_layers "
+                f"{model['moe_layers']}"
+            )
 
 
 def check_references(config: Mapping[str, Any]) -> None:
