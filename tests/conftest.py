@@ -61,6 +61,14 @@ def training_inputs(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory) -> Path:
+    """The suite's one real toy run (tests/dag.py's toy_run_targets), shared by the modules that read it."""
+    from tests.dag import build_toy_run
+
+    return build_toy_run(tmp_path_factory.mktemp("toy") / "rpb-repro")
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip ``slurm`` tests unless ``-m`` names them: they need the test cluster and take minutes."""
     if "slurm" in (config.option.markexpr or ""):

@@ -119,6 +119,31 @@ def copy_checkout(destination: Path) -> Path:
     return destination
 
 
+# The real toy run the suite builds once (tests/conftest.py's ``toy_run``): every corpus, Tables 1,
+# 6 and 13 and Figure 2 with their manifests, and one checkpoint trained on a shuffled prior.
+TOY_RUN_OUTPUTS = ("table1", "table6", "table13", "figure2")
+
+
+def toy_run_targets() -> list[str]:
+    """The Snakemake targets of the suite's toy run."""
+    from workflow_scripts import registry
+
+    config = registry.load_config(registry.shipped_config_files(ROOT, toy=True))
+    data = [f"results/data/{corpus}/train.parquet" for corpus in config["corpora"]]
+    outputs = [f"results/provenance/{output}.json" for output in TOY_RUN_OUTPUTS]
+    return [*data, *outputs, "results/checkpoints/moonlight/math20k/within_soft/s42"]
+
+
+def build_toy_run(workdir: Path) -> Path:
+    """A git copy of the checkout at ``workdir`` (records carry its commit) with the toy run built in it."""
+    copy_checkout(workdir)
+    git = ["git", "-C", str(workdir), "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "toy run"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    snakemake_ok(workdir, *toy_run_targets(), *TOY)
+    return workdir
+
+
 def copy_workdir(source: Path, destination: Path) -> Path:
     """A copy of a working directory made by ``copy_checkout`` (a snapshot, or a finished run with
     its results and Snakemake's metadata), links kept as links."""

@@ -28,7 +28,7 @@ FOUNDATIONS = (
 )
 STAGES = ("data", "models", "priors", "train", "probe", "evaluate", "report", "provenance")
 WORKFLOW = (
-    ("plan_costs", "makespan", "forkserver", "dag_inputs", "run_status"),
+    ("plan_costs", "makespan", "forkserver", "dag_inputs", "run_status", "bundle"),
     ("compute_plan",),
     ("slurm_profile",),
     ("cli", "plan_cli", "envs_cli", "preflight", "lock_cli", "status_cli"),

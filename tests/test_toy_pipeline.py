@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import load_config
-from tests.dag import JOB_ENV, TOY, copy_checkout, copy_workdir, snakemake, snakemake_ok
+from tests.dag import JOB_ENV, TOY, copy_workdir, snakemake, snakemake_ok, toy_run_targets
 from workflow_scripts import records
 
 TABLE6_CONDITIONS = ("sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard")
@@ -31,26 +31,6 @@ TABLE6_CONDITIONS = ("sft", "rpb_beta050", "rpb_beta075", "rpb", "rpb_hard")
 def toy_snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     """Snakemake under the local profile, which must succeed."""
     return snakemake_ok(workdir, *args, *TOY)
-
-
-TABLES = ("table1", "table6", "table13")
-
-
-def targets() -> list[str]:
-    config = load_config(toy=True)
-    data = [f"results/data/{corpus}/train.parquet" for corpus in config["corpora"]]
-    outputs = [f"results/provenance/{output}.json" for output in (*TABLES, "figure2")]
-    return [*data, *outputs, "results/checkpoints/moonlight/math20k/within_soft/s42"]
-
-
-@pytest.fixture(scope="module")
-def toy_run(tmp_path_factory) -> Path:
-    workdir = copy_checkout(tmp_path_factory.mktemp("toy") / "rpb-repro")  # no environments, no results
-    git = ["git", "-C", str(workdir), "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
-    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "toy run"]):  # records carry a commit
-        subprocess.run([*git, *command], check=True, capture_output=True)
-    toy_snakemake(workdir, *targets())
-    return workdir
 
 
 def audit(workdir: Path, *args: str, output_id: str = "table6") -> subprocess.CompletedProcess:
@@ -504,14 +484,14 @@ def test_evaluations_score_every_benchmark(toy_run):
 
 @pytest.mark.slow
 def test_html_report_gathers_tables_and_figures(toy_run):
-    toy_snakemake(toy_run, *targets(), "--report", "report.html")
+    toy_snakemake(toy_run, *toy_run_targets(), "--report", "report.html")
     html = (toy_run / "report.html").read_text(errors="replace")
     assert "table6" in html and "figure2" in html
 
 
 @pytest.mark.slow
 def test_rerun_has_nothing_to_do(toy_run):
-    again = toy_snakemake(toy_run, *targets())
+    again = toy_snakemake(toy_run, *toy_run_targets())
     assert "Nothing to be done" in again.stdout + again.stderr
 
 

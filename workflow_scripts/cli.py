@@ -32,6 +32,7 @@ STAGE_MODULES = (
     "workflow_scripts.evaluate.cli",
     "workflow_scripts.report.cli",
     "workflow_scripts.provenance.cli",
+    "workflow_scripts.bundle.cli",
     "workflow_scripts.plan_cli",
     "workflow_scripts.lock_cli",
     "workflow_scripts.status_cli",
@@ -79,15 +80,19 @@ def _verified_inputs(args: argparse.Namespace) -> dict[str, Any]:
     A command started on many ranks (``train megatron``) takes the digests its one-process claim
     took instead: hashing there would hold rank 0 back while the others wait in the process group.
     """
+    from workflow_scripts.layout import RESULTS, ledger_path
+    from workflow_scripts.records.imported import read_ledger
     from workflow_scripts.records.verify import verify_inputs
 
     if getattr(args, "claimed_digests", None):
         return args.claimed_digests(args)
+    ledger = read_ledger(ledger_path(RESULTS)) if getattr(args, "accepts_recorded_only", False) else None
     return verify_inputs(
         _path_arguments(args, args.inputs),
         digest_all=bool(args.provenance),
         kinds=args.input_kinds,
         labels=args.option_labels,
+        recorded_only=ledger.recorded_only if ledger else {},
     )
 
 

@@ -74,6 +74,7 @@ def recorded_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "provenance",
         "claimed_digests",
         "input_digests",
+        "accepts_recorded_only",
     }
     return {key: value for key, value in vars(args).items() if key not in skip}
 

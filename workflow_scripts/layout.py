@@ -53,6 +53,7 @@ GATES_TABLE = "gates"  # tables/gates.{csv,md}: the sanity gates (report/gates.p
 #: gates' likelihood jobs cost GPU time: a named target there, which the claims never wait for).
 GATES_SCALES = ("toy",)
 SHUFFLE_PROVENANCE = "shuffle-provenance.json"
+BUNDLE_LEDGER = "imported.json"  # what an imported results bundle placed (records/imported.py)
 TABLE_SUFFIXES = (".csv", ".md", ".tex")
 FIGURE_SUFFIXES = (".csv", ".png", ".pdf")  # the csv holds the figure's data
 NEVER = "(?!x)x"  # a wildcard pattern nothing matches: a rule that does not apply at this scale
@@ -82,6 +83,7 @@ PATHS = {
     "provenance": "provenance/{output}",  # + .json (manifest), .audit.txt
     "table": "tables/{table}",  # + .csv, .md, .tex
     "figure": "figures/{figure}",  # + .csv (its data), .png, .pdf
+    "bundle": "bundle/{name}",  # an imported results bundle's ledger and its original manifests
 }
 RESULTS = "results"  # the results root under Snakemake
 
@@ -173,3 +175,13 @@ def manifest_path(results: str | Path, output_id: str) -> Path:
 def audit_path(results: str | Path, output_id: str) -> Path:
     """The audit report of one table or figure, written only when everything recorded holds."""
     return Path(f"{result_path(results, 'provenance', output=output_id)}.audit.txt")
+
+
+def bundle_manifest_path(results: str | Path, output_id: str) -> Path:
+    """The manifest an imported results bundle carried for one table or figure (its original run's)."""
+    return result_path(results, "bundle", name=f"manifests/{output_id}.json")
+
+
+def ledger_path(results: str | Path) -> Path:
+    """The ledger of the results bundle imported into ``results`` (records/imported.py)."""
+    return result_path(results, "bundle", name=BUNDLE_LEDGER)

@@ -22,6 +22,7 @@ from typing import Any
 
 from workflow_scripts.layout import MANIFEST_FILE
 from workflow_scripts.records import TRACKED_PACKAGES, code_version, path_digest
+from workflow_scripts.records.imported import Ledger, vouched_digest
 from workflow_scripts.records.verify import RecordIndex
 
 MANIFEST = "manifest"  # the job id of the table's or figure's own manifest
@@ -136,16 +137,28 @@ def build_chain(manifest: Mapping[str, Any], root: Path) -> Chain:
     return chain
 
 
-def file_findings(chain: Chain) -> list[Finding]:
-    """Files whose bytes differ from a checksum recorded for them (or that are gone)."""
+def file_findings(chain: Chain, ledger: Ledger | None = None) -> list[Finding]:
+    """Files whose bytes differ from a checksum recorded for them (or that are gone).
+
+    A file an imported bundle left behind (``ledger``: a checkpoint, a download) is absent by
+    design: it holds when every checksum recorded for it is the one the bundle vouched for.
+    """
     findings = []
     for path, expected in sorted(chain.expected.items()):
         now = path_digest(path)
+        vouched = vouched_digest(path, ledger)
+        placed = (
+            f" (placed by bundle {ledger.archive})"
+            if ledger and os.path.normpath(path) in ledger.placed
+            else ""
+        )
         for job, sha256 in expected:
+            if vouched is not None and vouched["sha256"] == sha256:
+                continue
             if now.get("missing"):
                 detail = f"missing; {job} recorded sha256 {sha256[:12]}"
             elif now["sha256"] != sha256:
-                detail = f"sha256 {now['sha256'][:12]} now, {sha256[:12]} recorded by {job}"
+                detail = f"sha256 {now['sha256'][:12]} now, {sha256[:12]} recorded by {job}{placed}"
             else:
                 continue
             findings.append(Finding("file", path, detail, tuple(sorted(chain.downstream(path)))))
@@ -270,6 +283,7 @@ class Current:
     results: Path
     config: Mapping[str, Any]
     settings: Mapping[str, Mapping[str, Any]]  # record path -> arguments (provenance.settings)
+    ledger: Ledger | None = None  # the bundle imported into the results root, if any
 
 
 def audit(
@@ -279,7 +293,7 @@ def audit(
     chain = build_chain(manifest, root)
     software, absent = software_findings(chain)
     findings = (
-        file_findings(chain)
+        file_findings(chain, current.ledger)
         + record_findings(chain, current.results)
         + settings_findings(chain, current.settings)
         + code_findings(chain, code_version(root))
@@ -289,13 +303,43 @@ def audit(
     return chain, findings, absent
 
 
-def summary(output_id: str, chain: Chain, findings: list[Finding], absent: list[str]) -> dict[str, Any]:
-    """The audit of one output as data (``--json``): what was verified and every finding."""
+def origins(
+    chain: Chain, results: Path, ledger: Ledger | None, originals: Mapping[str, Any]
+) -> dict[str, list[str]]:
+    """Where each results file of the chain came from, once a bundle was imported: from the bundle,
+    known by its records only (left behind), or rebuilt here (beside the bundle's original when it
+    recorded one, ``originals``: path -> digest from its manifest). Empty without an import."""
+    if ledger is None:
+        return {}
+    found: dict[str, list[str]] = {"bundle": [], "recorded_only": [], "rebuilt": []}
+    for path in sorted(chain.expected):
+        key = os.path.normpath(path)
+        if key in ledger.placed:
+            found["bundle"].append(path)
+        elif key in ledger.recorded_only:
+            found["recorded_only"].append(path)
+        elif path in chain.producers and Path(path).resolve().is_relative_to(results.resolve()):
+            if path in originals:
+                same = path_digest(path).get("sha256") == originals[path]["sha256"]
+                path += f" ({'identical to' if same else 'differs from'} the bundle's original)"
+            found["rebuilt"].append(path)
+    return found
+
+
+def summary(
+    output_id: str,
+    chain: Chain,
+    findings: list[Finding],
+    absent: list[str],
+    came_from: Mapping[str, list[str]] = {},
+) -> dict[str, Any]:
+    """The audit of one output as data (``--json``): what was verified, files' origins, every finding."""
     return {
         "output": output_id,
         "records": len(chain.records),
         "files": len(chain.expected),
         "hub": dict(sorted(chain.hub.items())),
+        "origins": dict(came_from),
         "environments_absent": absent,
         "findings": [
             {"kind": f.kind, "subject": f.subject, "detail": f.detail, "invalidates": list(f.jobs)}
@@ -305,11 +349,25 @@ def summary(output_id: str, chain: Chain, findings: list[Finding], absent: list[
     }
 
 
-def report(output_id: str, chain: Chain, findings: list[Finding], absent: list[str]) -> str:
-    """The audit as text: what was checked, each finding and what it invalidates, and the verdict."""
+ORIGIN_LINES = {  # origins() key -> how the text report names it
+    "bundle": "from the bundle, verified against its record",
+    "recorded_only": "left behind by the bundle, vouched for by its record",
+    "rebuilt": "rebuilt here",
+}
+
+
+def report(
+    output_id: str,
+    chain: Chain,
+    findings: list[Finding],
+    absent: list[str],
+    came_from: Mapping[str, list[str]] = {},
+) -> str:
+    """The audit as text: what was checked, where files came from, each finding and what it invalidates."""
     files = len(chain.expected)
     lines = [f"audit of {output_id}: {len(chain.records)} records and {files} files verified"]
     lines += [f"  hub: {path} from {origin}" for path, origin in sorted(chain.hub.items())]
+    lines += [f"  {ORIGIN_LINES[kind]}: {path}" for kind, paths in came_from.items() for path in paths]
     lines += [f"  not checkable here (environment absent): {prefix}" for prefix in absent]
     for finding in findings:
         lines.append(f"MISMATCH {finding.kind} {finding.subject}: {finding.detail}")

@@ -14,8 +14,9 @@ from typing import Any
 from workflow_scripts.atomic import write_json, write_text
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
-from workflow_scripts.layout import RESULTS
+from workflow_scripts.layout import RESULTS, ledger_path
 from workflow_scripts.records import arguments_hash, code_version, path_digest, software_versions
+from workflow_scripts.records.imported import read_ledger, vouched_digest
 
 
 def build_manifest(args: argparse.Namespace) -> dict[str, Any]:
@@ -23,12 +24,14 @@ def build_manifest(args: argparse.Namespace) -> dict[str, Any]:
 
     The records are the audit's chain (``provenance.audit.build_chain``): each job's record
     beside its outputs, followed through its inputs back to the raw files and the hub
-    downloads' manifests with the commits they resolved.
+    downloads' manifests with the commits they resolved. A checkpoint an imported bundle left
+    behind counts with the digest its record vouches for (``records.imported``).
     """
     from workflow_scripts.provenance.audit import build_chain
 
+    ledger = read_ledger(ledger_path(RESULTS))
     inputs = sorted(args.inputs_list)
-    digests = {path: path_digest(path) for path in inputs}
+    digests = {path: vouched_digest(path, ledger) or path_digest(path) for path in inputs}
     chain = build_chain({"inputs": digests}, Path.cwd())
     return {
         "output": args.output_id,
@@ -49,7 +52,7 @@ def manifest(args: argparse.Namespace) -> None:
     write_json(args.out, build_manifest(args))
 
 
-def _read_manifest(results: str, output_id: str) -> dict[str, Any]:
+def read_manifest(results: str, output_id: str) -> dict[str, Any]:
     from workflow_scripts.layout import manifest_path
 
     path = manifest_path(results, output_id)
@@ -64,6 +67,14 @@ def _read_manifest(results: str, output_id: str) -> dict[str, Any]:
         raise UserInputError(
             f"{path}: no readable manifest ({error}); build it first: snakemake {path}"
         ) from error
+
+
+def _original_inputs(results: str, output_id: str) -> dict[str, Any]:
+    """The input digests of the manifest an imported bundle carried for ``output_id`` (none without one)."""
+    from workflow_scripts.layout import bundle_manifest_path
+
+    path = bundle_manifest_path(results, output_id)
+    return json.loads(path.read_text())["inputs"] if path.is_file() else {}
 
 
 def _known_outputs() -> list[str]:
@@ -83,10 +94,10 @@ def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> N
     """
     from workflow_scripts import registry
     from workflow_scripts.layout import manifest_path
-    from workflow_scripts.provenance.audit import Current, audit, report, summary
+    from workflow_scripts.provenance.audit import Current, audit, origins, report, summary
     from workflow_scripts.provenance.settings import current_commands, settings_by_record
 
-    manifests = {output_id: _read_manifest(args.results, output_id) for output_id in args.output_ids}
+    manifests = {output_id: read_manifest(args.results, output_id) for output_id in args.output_ids}
     first = manifests[args.output_ids[0]]
     config_files = args.config_files or list(first.get("config_files", {}))
     if not config_files:
@@ -95,12 +106,14 @@ def run_audit(args: argparse.Namespace, stages: argparse._SubParsersAction) -> N
     config = registry.load_config(config_files)
     targets = [str(manifest_path(args.results, output_id)) for output_id in args.output_ids]
     settings = settings_by_record(current_commands(targets, config_files, Path.cwd()), stages.choices)
-    current = Current(results=Path(args.results), config=config, settings=settings)
+    ledger = read_ledger(ledger_path(args.results))
+    current = Current(results=Path(args.results), config=config, settings=settings, ledger=ledger)
     texts, summaries = [], []
     for output_id, recorded in manifests.items():
         chain, findings, absent = audit(recorded, Path.cwd(), current)
-        texts.append(report(output_id, chain, findings, absent))
-        summaries.append(summary(output_id, chain, findings, absent))
+        came_from = origins(chain, current.results, ledger, _original_inputs(args.results, output_id))
+        texts.append(report(output_id, chain, findings, absent, came_from))
+        summaries.append(summary(output_id, chain, findings, absent, came_from))
     print(json.dumps(summaries, indent=2) if args.json else "".join(texts), end="\n" if args.json else "")
     failed = [entry["output"] for entry in summaries if not entry["holds"]]
     if failed:
@@ -132,6 +145,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "--config-files", nargs="*", default=[], help="the config files Snakemake merged, in order"
     )
     parser.add_argument("--out", required=True, help="manifest path (JSON)")
+    parser.set_defaults(accepts_recorded_only=True)  # a checkpoint an imported bundle left behind
 
     summary = "re-check one table's or figure's recorded chain: files, code, software, config"
     checker = commands.add_parser("audit", help=summary, description=__doc__)

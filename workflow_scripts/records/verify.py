@@ -127,16 +127,24 @@ def check_kind(name: str, path: str, kinds: Mapping[str, str], labels: Mapping[s
 
 
 def verify_inputs(
-    inputs: Mapping[str, str], digest_all: bool, kinds: Mapping[str, str], labels: Mapping[str, str]
+    inputs: Mapping[str, str],
+    digest_all: bool,
+    kinds: Mapping[str, str],
+    labels: Mapping[str, str],
+    recorded_only: Mapping[str, Any] = {},
 ) -> dict[str, dict[str, Any]]:
     """Check each input's kind and its records; return the digests taken, by input name.
 
     Only inputs some record lists are hashed, unless ``digest_all`` (the caller writes a
     record of its own and needs every input's digest): each input is hashed at most once.
+    An absent input that ``recorded_only`` holds (a file an imported bundle vouches for by
+    its records, ``records.imported``) is accepted unread.
     """
     index = RecordIndex(Path.cwd())
     digests = {}
     for name, path in inputs.items():
+        if os.path.normpath(path) in recorded_only and not os.path.exists(path):
+            continue
         check_kind(name, path, kinds, labels)
         entries = index.recorded(path)
         if index.unreadable:
