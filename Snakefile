@@ -33,4 +33,14 @@ rule all:
     input:
         all_targets(),
         GATE_DEFAULT,
-    default_target: True
+    default_target: REHEARSAL_TARGETS is None
+
+
+# Under the rehearsal overlay (profiles/rehearsal) the default target is its own: a few outputs whose
+# closure reaches every rule kind and every condition kind of `all` once; `all` stays a target.
+if REHEARSAL_TARGETS is not None:
+
+    rule rehearsal:
+        input:
+            REHEARSAL_TARGETS,
+        default_target: True

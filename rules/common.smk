@@ -134,20 +134,18 @@ def hub_revision(section):
     return lambda wildcards: dag_inputs.hub_revision(config, HUB_LOCK, section, wildcards[wildcard])
 
 
-def model_cut_params():
-    """``--moe-layers`` for the download of each model the registry cuts (``hub.keep_moe_layers``).
+def hub_option(section, key, flag):
+    """``{flag} VALUE`` for the download of each ``section`` entry whose ``hub`` sets ``key`` (the
+    rehearsal's cut bases and first rows), as a param named ``option``; no param where no entry sets it.
 
-    A param only where some model is cut (the rehearsal): at paper scale none is, and a new param,
-    even an empty one, would change every model download's params and rerun all that follows.
+    At paper scale none does, and a new param, even an empty one, would change every download's
+    params and rerun all that follows.
     """
-    cuts = {
-        name: model["hub"]["keep_moe_layers"]
-        for name, model in config["models"].items()
-        if "keep_moe_layers" in model["hub"]
-    }
-    if not cuts:
+    wildcard = {"datasets": "dataset", "models": "model"}[section]
+    values = {name: entry["hub"][key] for name, entry in config[section].items() if key in entry["hub"]}
+    if not values:
         return {}
-    return {"moe_layers": lambda w: f"--moe-layers {cuts[w.model]}" if w.model in cuts else ""}
+    return {"option": lambda w: f"{flag} {values[w[wildcard]]}" if w[wildcard] in values else ""}
 
 
 def raw_file(wildcards):
@@ -223,3 +221,7 @@ def results_root(wildcards):
 
 def all_targets():
     return dag_inputs.all_targets(config)
+
+
+# The rehearsal overlay's default target (profiles/rehearsal); None under any other config.
+REHEARSAL_TARGETS = dag_inputs.rehearsal_targets(config) if registry.REHEARSAL in config else None

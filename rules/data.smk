@@ -6,6 +6,10 @@ localrules:
     download_dataset,
 
 
+# Sources read only to their first rows (the rehearsal's) pass --first-rows; the paper's pass nothing.
+FIRST_ROWS = hub_option("datasets", "first_rows", "--first-rows")
+
+
 rule download_dataset:
     output:
         multiext(layout.rule_path("raw"), raw=".parquet", manifest=".manifest.json"),
@@ -16,6 +20,7 @@ rule download_dataset:
         revision=hub_revision("datasets"),
         split=lambda w: config["datasets"][w.dataset]["hub"]["split"],
         format=lambda w: config["datasets"][w.dataset]["format"],
+        **FIRST_ROWS,
     log:
         "logs/data/download/{dataset}/{subset}.log",
     conda:
@@ -29,7 +34,9 @@ rule download_dataset:
     shell:
         "python -m workflow_scripts data download --format {params.format} --repo {params.repo:q}"
         " --revision {params.revision:q} --subset {wildcards.subset:q} --split {params.split:q}"
-        " --out {output.raw:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+        " --out {output.raw:q} --manifest {output.manifest:q}"
+        + (" {params.option}" if FIRST_ROWS else "")
+        + " > {log:q} 2>&1"
 
 
 rule generate_toy_dataset:

@@ -7,7 +7,7 @@ localrules:
 
 
 # Bases cut to their first MoE layers (the rehearsal's) pass --moe-layers; the paper's pass nothing.
-MODEL_CUT = model_cut_params()
+MODEL_CUT = hub_option("models", "keep_moe_layers", "--moe-layers")
 
 
 rule download_model:
@@ -33,7 +33,7 @@ rule download_model:
     shell:
         "python -m workflow_scripts models download --repo {params.repo:q} --revision {params.revision:q}"
         " --out {output.base:q} --manifest {output.manifest:q}"
-        + (" {params.moe_layers}" if MODEL_CUT else "")
+        + (" {params.option}" if MODEL_CUT else "")
         + " > {log:q} 2>&1"
 
 

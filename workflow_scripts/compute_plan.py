@@ -228,7 +228,8 @@ def target_closure(config: Mapping[str, Any], target: str) -> Closure:
 
 
 def target_work(config: Mapping[str, Any], target: str) -> Work:
-    """What ``target`` runs: ``all`` is what ``snakemake`` runs by default (the gates at toy scale only)."""
+    """What ``target`` runs: ``all`` is what ``snakemake`` runs by default (the gates at toy scale only),
+    ``rehearsal`` what it runs under the rehearsal overlay (its outputs, and its cells up to their runs)."""
     entries = registry.outputs(config)
     if target == ALL:
         ids: Sequence[str] = list(entries)
@@ -237,10 +238,15 @@ def target_work(config: Mapping[str, Any], target: str) -> Work:
         ids, gates = [], True
     elif target in entries:
         ids, gates = [target], False
+    elif target == registry.REHEARSAL and registry.REHEARSAL in config:
+        ids, gates = config[registry.REHEARSAL]["outputs"], False
     else:
-        known = ", ".join([ALL, GATES, *sorted(entries)])
+        rehearsal = [registry.REHEARSAL] if registry.REHEARSAL in config else []
+        known = ", ".join([ALL, GATES, *rehearsal, *sorted(entries)])
         raise UserInputError(f"unknown target {target!r} (known: {known})")
     closure = _union(registry.closure(config, output_id) for output_id in ids)
+    if target == registry.REHEARSAL:
+        closure = _union([closure, registry.cells_closure(config, config[registry.REHEARSAL]["cells"])])
     likelihoods: frozenset[Evaluation] = frozenset()
     if gates:
         from workflow_scripts.report.gates import gate_runs

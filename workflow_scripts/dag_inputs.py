@@ -29,6 +29,7 @@ TRAINING_KEYS = (
     "loss_on",
     "precision",
     "checkpoint_every_steps",
+    "preempt_after_steps",
     "expert_bias_update_rate",
     "optimizer",
     "schedule",
@@ -332,3 +333,14 @@ def all_targets(config: Mapping[str, Any]) -> list[str]:
     return [
         layout.rule_path("provenance", ".json", output=output) for output in sorted(registry.outputs(config))
     ]
+
+
+def rehearsal_targets(config: Mapping[str, Any]) -> list[str]:
+    """The rehearsal's default target: the manifests of its outputs, then its cells' results (each
+    probed run's retention metrics, each evaluated run's scores), so no other table of theirs is built."""
+    rehearsal = config[registry.REHEARSAL]
+    cells = registry.cells_closure(config, rehearsal["cells"])
+    manifests = [layout.rule_path("provenance", ".json", output=output) for output in rehearsal["outputs"]]
+    probes = sorted(probe_result(p) for p in cells.probes if p.condition != registry.BASE)
+    scores = sorted(str(layout.summary_path(layout.RESULTS, e)) for e in cells.evaluations)
+    return manifests + probes + scores

@@ -199,17 +199,26 @@ def require_token(repo: str, subset: str) -> None:
         )
 
 
-def load_dataset_at(repo: str, subset: str, split: str, commit: str, features: Any = None) -> Any:
+def load_dataset_at(
+    repo: str, subset: str, split: str, commit: str, features: Any = None, rows: int | None = None
+) -> Any:
     """One split of a hub dataset at ``commit`` as a ``datasets.Dataset``, its columns ``features``.
 
     ``features`` (a ``datasets.Features``) fixes the schema where the data files would otherwise
     decide it: the JSON loader infers one from the first ~10 MB and stops at a later row that
-    does not fit. A build the declared features do not fit is reported in one line.
+    does not fit. A build the declared features do not fit is reported in one line. With
+    ``rows``, only the split's first rows are read, streamed: the rehearsal's few hundred rows of
+    GLM-5.1 need not download its 19.6 GB ``main`` subset.
     """
     import datasets
 
     require_commit(repo, commit)
     try:
+        if rows is not None:
+            stream = datasets.load_dataset(
+                repo, subset, split=split, revision=commit, features=features, streaming=True
+            )
+            return datasets.Dataset.from_list(list(stream.take(rows)), features=stream.features)
         return datasets.load_dataset(repo, subset, split=split, revision=commit, features=features)
     except datasets.exceptions.DatasetGenerationError as error:
         cause = str(error.__cause__ or error).strip().splitlines()[0]

@@ -63,7 +63,9 @@ def register(stages: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "target",
         help="a table or figure id, 'all' for every one (what `snakemake` runs), 'gates' for the sanity "
-        f"gates, or '{PROFILE_TARGET}': write every rule's SLURM request to --out",
+        "gates, 'rehearsal' for the rehearsal's default target (with --overlay "
+        f"profiles/rehearsal/rehearsal.yaml), or '{PROFILE_TARGET}': write every rule's SLURM request "
+        "to --out",
     )
     add_registry_arguments(parser)
     parser.add_argument(

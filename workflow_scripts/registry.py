@@ -39,6 +39,9 @@ INTERVENTION_PARAMS: dict[str, tuple[str, ...]] = {
 CONFIG_FILE = "config.yaml"
 TOY_OVERLAY = "profiles/local/toy.yaml"
 CLAIMS_OVERLAY = "profiles/claims/claims.yaml"  # over the toy overlay: the claims at three seeds
+REHEARSAL_OVERLAY = "profiles/rehearsal/rehearsal.yaml"  # over config.yaml: the cluster's first run
+#: The config section of the rehearsal's default target (present only under REHEARSAL_OVERLAY).
+REHEARSAL = "rehearsal"
 SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
 PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
 BASE = "base"
@@ -172,29 +175,40 @@ def _check_cells(config: Mapping[str, Any], section: str) -> None:
     for name, entry in config[section].items():
         for condition in entry.get("lists_conditions", []):
             _known("condition", condition, config["conditions"], f"{section}.{name}.lists_conditions")
-        for index, cell in enumerate(entry["cells"]):
-            where = f"{section}.{name}.cells[{index}]"
-            for model in cell["models"]:
-                _known("model", model, config["models"], f"{where}.models")
+        _check_cell_list(config, entry["cells"], f"{section}.{name}")
+
+
+def _check_rehearsal(config: Mapping[str, Any]) -> None:
+    """The rehearsal's outputs exist and its cells name what the registry has."""
+    if REHEARSAL not in config:
+        return
+    for output_id in config[REHEARSAL]["outputs"]:
+        _known("table or figure", output_id, outputs(config), f"{REHEARSAL}.outputs")
+    _check_cell_list(config, config[REHEARSAL]["cells"], REHEARSAL)
+
+
+def _check_cell_list(config: Mapping[str, Any], cells: Iterable[Mapping[str, Any]], owner: str) -> None:
+    for index, cell in enumerate(cells):
+        where = f"{owner}.cells[{index}]"
+        for model in cell["models"]:
+            _known("model", model, config["models"], f"{where}.models")
+        for corpus in cell["corpora"]:
+            _known("corpus", corpus, config["corpora"], f"{where}.corpora")
+        conditions = cell.get("conditions", [])
+        for condition in conditions:
+            _known("condition", condition, config["conditions"], f"{where}.conditions")
+        seeds = cell.get("eval_seeds", []) + cell.get("probe_seeds", [])
+        if conditions and not seeds:
+            raise RegistryError(f"{where}: conditions given but neither eval_seeds nor probe_seeds")
+        if seeds and not conditions:
+            raise RegistryError(f"{where}: seeds given but no conditions")
+        flags = ("base_eval", "base_probe", "prior", "shuffled_prior")
+        if not conditions and not any(cell.get(flag) for flag in flags):
+            raise RegistryError(f"{where}: requests nothing (no conditions and no {'/'.join(flags)})")
+        if conditions:
             for corpus in cell["corpora"]:
-                _known("corpus", corpus, config["corpora"], f"{where}.corpora")
-            conditions = cell.get("conditions", [])
-            for condition in conditions:
-                _known("condition", condition, config["conditions"], f"{where}.conditions")
-            seeds = cell.get("eval_seeds", []) + cell.get("probe_seeds", [])
-            if conditions and not seeds:
-                raise RegistryError(f"{where}: conditions given but neither eval_seeds nor probe_seeds")
-            if seeds and not conditions:
-                raise RegistryError(f"{where}: seeds given but no conditions")
-            flags = ("base_eval", "base_probe", "prior", "shuffled_prior")
-            if not conditions and not any(cell.get(flag) for flag in flags):
-                raise RegistryError(f"{where}: requests nothing (no conditions and no {'/'.join(flags)})")
-            if conditions:
-                for corpus in cell["corpora"]:
-                    if config["corpora"][corpus]["train_rows"] == 0:
-                        raise RegistryError(
-                            f"{where}.corpora: {corpus!r} is a probe-only pool (train_rows 0)"
-                        )
+                if config["corpora"][corpus]["train_rows"] == 0:
+                    raise RegistryError(f"{where}.corpora: {corpus!r} is a probe-only pool (train_rows 0)")
 
 
 def _check_schedule(config: Mapping[str, Any]) -> None:
@@ -244,6 +258,7 @@ def check_references(config: Mapping[str, Any]) -> None:
     _check_sources(config)
     _check_cells(config, "tables")
     _check_cells(config, "figures")
+    _check_rehearsal(config)
     _check_schedule(config)
     _check_models(config)
 
@@ -376,6 +391,22 @@ def shipped_config_files(root: str | Path, toy: bool, claims: bool = False) -> l
     return [Path(root) / name for name in (CONFIG_FILE, *overlays)]
 
 
+def condition_kinds(conditions: Mapping[str, Mapping[str, Any]]) -> dict[tuple, list[str]]:
+    """The registry's conditions by what a training does differently: each intervention with a base
+    or a shuffled prior (``(intervention, shuffled)``, None without a prior), and each setting a
+    condition changes (``(setting,)``: the expert-bias update rate, the gate weights). A condition
+    belongs to one intervention kind and to the kind of each of its settings."""
+    kinds: dict[tuple, list[str]] = {}
+    for name, condition in conditions.items():
+        prior = condition.get("prior")
+        kinds.setdefault((condition["intervention"], None if prior is None else prior != BASE), []).append(
+            name
+        )
+        for setting in condition.get("settings", {}):
+            kinds.setdefault((setting,), []).append(name)
+    return kinds
+
+
 def outputs(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """All tables and figures by id."""
     return {**config["tables"], **config["figures"]}
@@ -386,12 +417,18 @@ def closure(config: Mapping[str, Any], output_id: str) -> Closure:
     entries = outputs(config)
     if output_id not in entries:
         raise RegistryError(f"unknown table or figure {output_id!r} (known: {', '.join(sorted(entries))})")
+    return cells_closure(config, entries[output_id]["cells"])
+
+
+def cells_closure(config: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]) -> Closure:
+    """Every unit of work a list of cells (a table's, a figure's, the rehearsal's) needs, derived
+    dependencies included."""
     trainings: set[Training] = set()
     probes: set[Probe] = set()
     evaluations: set[Evaluation] = set()
     priors: set[Prior] = set()
     validations: set[tuple[str, str]] = set()
-    for cell in entries[output_id]["cells"]:
+    for cell in cells:
         for model in cell["models"]:
             if cell.get("base_eval"):
                 evaluations.add(Evaluation(model, None, BASE, None))

@@ -51,9 +51,15 @@ def run_download(args: argparse.Namespace) -> None:
     hub.require_commit(args.repo, args.revision)
     if args.gated:
         hub.require_token(args.repo, args.subset)
+    if args.first_rows is not None and args.first_rows < 1:
+        raise UserInputError(f"--first-rows {args.first_rows}: need at least one row")
     features = hub_features(args.format)
-    dataset = hub.load_dataset_at(args.repo, args.subset, args.split, args.revision, features)
+    dataset = hub.load_dataset_at(
+        args.repo, args.subset, args.split, args.revision, features, args.first_rows
+    )
     record = {"repo": args.repo, "subset": args.subset, "split": args.split, "format": args.format}
+    if args.first_rows is not None:
+        record["first_rows"] = args.first_rows
     hub.write_download(dataset, args.out, args.manifest, {**record, "revision_resolved": args.revision})
 
 
@@ -130,6 +136,12 @@ def register(stages: argparse._SubParsersAction) -> None:
     download.add_argument("--split", default="train", help="split name")
     download.add_argument("--out", required=True, help="output parquet")
     download.add_argument("--manifest", required=True, help="output JSON: repo, revisions, rows, sha256")
+    download.add_argument(
+        "--first-rows",
+        type=int,
+        default=None,
+        help="keep only the split's first N rows, streamed (the rehearsal's; default: every row)",
+    )
     download.add_argument(
         "--gated",
         action="store_true",

@@ -50,7 +50,8 @@ def register(stages: argparse._SubParsersAction) -> None:
         nargs="*",
         default=[targets.ALL],
         metavar="TARGET",
-        help="table or figure ids, or 'all' (default): their hub repositories and disk are checked",
+        help="table or figure ids, 'all' (default), or 'rehearsal' under the rehearsal overlay: their hub "
+        "repositories and disk are checked",
     )
     add_registry_arguments(parser)
     parser.add_argument(
@@ -140,12 +141,11 @@ def _header(ids: Sequence[str], resources: profiles.Resources, config_files: Seq
 
 def run(args: argparse.Namespace) -> None:
     config = registry_config(args)
+    named = [targets.ALL] + [registry.REHEARSAL] * (registry.REHEARSAL in config)
     known = registry.outputs(config)
     for target in args.targets:
-        if target != targets.ALL and target not in known:
-            raise UserInputError(
-                f"unknown target {target!r} (known: {targets.ALL}, {', '.join(sorted(known))})"
-            )
+        if target not in named and target not in known:
+            raise UserInputError(f"unknown target {target!r} (known: {', '.join(named + sorted(known))})")
     ids = [targets.ALL] if targets.ALL in args.targets else list(dict.fromkeys(args.targets))
     resources = profiles.Resources.layered(profiles.read_named(args.profile or [DEFAULT_PROFILE]))
     options = Options(

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workflow_scripts import hub, registry
+from workflow_scripts import compute_plan, hub, registry
 from workflow_scripts.layout import RESULTS
+from workflow_scripts.registry import Closure
 
 ALL = "all"
 #: The registry section a download rule reads its repository from, and the wildcard naming the entry.
@@ -27,10 +28,19 @@ _OUTPUT_FILE = re.compile(rf"(?:.*/)?{RESULTS}/(?:tables|figures|provenance)/([a
 
 
 def of_run(config: Mapping[str, Any], files: Iterable[str], rules: Iterable[str]) -> list[str]:
-    """The tables and figures a Snakemake run was asked for (``all`` for the default rule), sorted."""
+    """The tables and figures a Snakemake run was asked for, sorted: ``all`` for that rule,
+    ``rehearsal`` for the rehearsal's default rule."""
     outputs = registry.outputs(config)
     ids = {match[1] for file in files if (match := _OUTPUT_FILE.fullmatch(str(file))) and match[1] in outputs}
-    return [ALL] if ALL in set(rules) else sorted(ids)
+    named = [rule for rule in (ALL, registry.REHEARSAL) if rule in set(rules)]
+    return named[:1] or sorted(ids)
+
+
+def closures(config: Mapping[str, Any], ids: Sequence[str]) -> list[Closure]:
+    """The closure of each target: every table's and figure's for ``all``, the rehearsal's own."""
+    if ALL in ids:
+        return [registry.closure(config, output) for output in registry.outputs(config)]
+    return [compute_plan.target_closure(config, target) for target in ids]
 
 
 @dataclass(frozen=True)
@@ -67,20 +77,18 @@ def hub_entries_of_targets(config: Mapping[str, Any], ids: Sequence[str]) -> lis
     """
     if config["scale"] != "paper":
         return []
-    closures = [
-        registry.closure(config, output) for output in (registry.outputs(config) if ALL in ids else ids)
-    ]
-    corpora = sorted({corpus for closure in closures for corpus in closure.corpora})
+    found = closures(config, ids)
+    corpora = sorted({corpus for closure in found for corpus in closure.corpora})
     models = sorted(
         {
             unit.model
-            for closure in closures
+            for closure in found
             for unit in (*closure.trainings, *closure.probes, *closure.priors, *closure.evaluations)
         }
     )
     entries = [("datasets", config["corpora"][corpus]["dataset"]) for corpus in corpora]
     entries += [("models", model) for model in models]
-    if any(closure.evaluations for closure in closures):
+    if any(closure.evaluations for closure in found):
         entries += [("benchmarks", name) for name in config["benchmarks"]]
     return [(section, name) for section, name in dict.fromkeys(entries) if "hub" in config[section][name]]
 
@@ -120,5 +128,4 @@ def trains_with_megatron(config: Mapping[str, Any], ids: Sequence[str]) -> bool:
     """Whether the closure of ``ids`` holds a training, at the cluster backend."""
     if config["training"]["backend"] != "megatron":
         return False
-    outputs = registry.outputs(config) if ALL in ids else ids
-    return any(registry.closure(config, output).trainings for output in outputs)
+    return any(closure.trainings for closure in closures(config, ids))

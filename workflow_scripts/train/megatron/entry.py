@@ -261,6 +261,8 @@ def run_megatron(args: argparse.Namespace) -> None:
         args.seed,
         start,
     )
+    stop = settings.rehearsed_preemption(args.training, steps, start)
+    cfg.train.exit_interval = stop
     cfg.tokenizer.chat_template = bridge_chat_template(tokenizer, prompts, answers)
     context = routing_context(objective, num_moe_layers=args.moe_layers)
     hook = pre_wrap_hook(context, objective.router_l2, work / "router_base.pt", start or 0)
@@ -269,7 +271,19 @@ def run_megatron(args: argparse.Namespace) -> None:
     bridge_accepts_reserved_ids(rows)
     if start != steps:  # else a kill after the last checkpoint: only finishing is left
         forward_step = make_forward_step(context, None if prior is None else np.asarray(prior), table)
-        finetune(cfg, forward_step, callbacks=[final_checkpoint_without_optimizer(), checkpoint_digests()])
+        try:
+            finetune(
+                cfg, forward_step, callbacks=[final_checkpoint_without_optimizer(), checkpoint_digests()]
+            )
+        except SystemExit as exited:  # Bridge leaves with sys.exit(0) at its exit_interval
+            if stop is None or exited.code not in (0, None):
+                raise
+    if stop is not None:
+        saved = resume.latest_complete(save_dir)
+        raise UserInputError(
+            f"stopped after step {saved} of {steps} with its checkpoint saved, as "
+            f"training.preempt_after_steps {stop} rehearses a preemption: the job's retry resumes from it"
+        )
     if rank0:
         final = resume.latest_complete(save_dir)
         if final != steps:
