@@ -89,7 +89,9 @@ def test_table19_coding_within_soft_is_seed_43(closures):
     assert _units(jobs, "score") == expected
 
 
-@pytest.mark.parametrize("table", [*(f"table{n}" for n in range(1, 20)), "appendix_d2", "claims"])
+@pytest.mark.parametrize(
+    "table", [*(f"table{n}" for n in range(1, 20)), "appendix_d2", "claims", "diagnostic_prior_topk"]
+)
 def test_every_table_target_pulls_exactly_its_registry_closure(paper_config, table):
     """The jobs behind ``results/tables/<table>.md`` are the registry's cells for it, no more, no less."""
     from workflow_scripts.registry import BASE, closure

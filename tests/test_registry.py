@@ -157,7 +157,9 @@ def test_registry_encodes_the_paper_grid(paper_config):
     assert interventions["within_soft"] == ("rpb", {"beta": 1.0}, "shuffled_within")
     assert interventions["within_hard"] == ("rpb_hard", None, "shuffled_within")
     assert interventions["global_hard"] == ("rpb_hard", None, "shuffled_global")
-    assert sorted(c["tables"]) == sorted([*(f"table{i}" for i in range(1, 20)), "appendix_d2", "claims"])
+    assert sorted(c["tables"]) == sorted(
+        [*(f"table{i}" for i in range(1, 20)), "appendix_d2", "claims", "diagnostic_prior_topk"]
+    )
     paper_figures = ["figure1", "figure2", "figure3"]
     extra_plots = ["beta_sweep", "coactivation_heatmaps", "rho_sensitivity"]
     assert sorted(c["figures"]) == sorted(paper_figures + extra_plots)

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 
 def _tables() -> dict:
-    from workflow_scripts.report import claims, performance_tables, routing_tables
+    from workflow_scripts.report import claims, diagnostic_tables, performance_tables, routing_tables
 
-    return {**performance_tables.TABLES, **routing_tables.TABLES, **claims.TABLES}
+    return {**performance_tables.TABLES, **routing_tables.TABLES, **diagnostic_tables.TABLES, **claims.TABLES}
 
 
 def run_table(args: argparse.Namespace) -> None:

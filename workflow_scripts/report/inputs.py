@@ -14,8 +14,9 @@ from typing import Any
 
 from workflow_scripts import layout, registry
 
-# Files beyond the closure's result files that a figure's data function opens.
+# Files beyond the closure's result files that a figure's data function (or a diagnostic table) opens.
 FIGURE_READS: dict[str, tuple[str, ...]] = {
+    "diagnostic_prior_topk": ("routes",),
     "figure1": ("routes", "layers"),
     "figure2": ("prior_arrays",),
     "coactivation_heatmaps": ("routes",),

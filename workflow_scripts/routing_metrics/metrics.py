@@ -249,3 +249,32 @@ def centroid_cosine(a: np.ndarray, b: np.ndarray) -> float:
     if denom == 0:
         raise ValueError("cosine similarity is undefined for a zero centroid")
     return float(ca @ cb / denom)
+
+
+def gate_topk_agreement(topk: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, how far the experts a router selected are the top-k of ``probs``.
+
+    The prior's gate is the softmax of the router logits for every family (eq. (2)); Moonlight's
+    router selects by sigmoid scores plus a correction bias within the best expert groups, so its
+    selection need not be that gate's top-k. An expert counts as inside the gate's top-k when its
+    probability is at least the k-th largest (ties at the cut count in: ``probs`` is stored in
+    float16). Softmax routers with a plain top-k agree on every token by construction.
+
+    Args:
+        topk: ``(L, N, k)`` the experts selected per layer and token.
+        probs: ``(L, N, E)`` the gate's probabilities for the same tokens.
+
+    Returns:
+        ``(equal, overlap)``, each ``(L,)``: the fraction of tokens whose k selected experts are a
+        top-k of ``probs``, and the mean fraction of selected experts inside it.
+    """
+    if topk.ndim != 3 or probs.ndim != 3 or topk.shape[:2] != probs.shape[:2] or topk.shape[1] == 0:
+        raise ValueError(
+            f"topk (L, N, k) and probs (L, N, E) must share L and N > 0, got {topk.shape}, {probs.shape}"
+        )
+    k = topk.shape[-1]
+    values = probs.astype(np.float64)
+    kth = -np.partition(-values, k - 1, axis=-1)[..., k - 1]  # (L, N), the k-th largest
+    chosen = np.take_along_axis(values, topk.astype(np.int64), axis=-1)  # (L, N, k)
+    inside = chosen >= kth[..., None]  # (L, N, k)
+    return inside.all(axis=-1).mean(axis=-1), inside.mean(axis=(1, 2))
