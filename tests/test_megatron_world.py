@@ -39,6 +39,7 @@ from tests import bridge_cpu  # noqa: E402
 from tests.dag import ROOT  # noqa: E402
 from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
 from tests.megatron_settings_table import paper_config  # noqa: E402
+from workflow_scripts import registry  # noqa: E402
 
 SHIM = ROOT / "tests" / "megatron_cpu_shim"
 CONDITION_KEYS = ("intervention", "params", "settings", "prior")
@@ -53,16 +54,10 @@ KILL_AFTER = 3  # of 4 steps, checkpoints every 2: killed one step past its chec
 
 
 def condition_kinds() -> dict[str, dict]:
-    """One registry condition per kind: intervention with a base or a shuffled prior, then one
-    condition per setting a condition changes (the expert-bias update rate, the gate weights)."""
-    kinds: dict[tuple, str] = {}
+    """One registry condition per kind (registry.condition_kinds): the first of each."""
     conditions = paper_config()["conditions"]
-    for name, condition in conditions.items():
-        prior = condition.get("prior")
-        kinds.setdefault((condition["intervention"], None if prior is None else prior != "base"), name)
-        for setting in condition.get("settings", {}):
-            kinds.setdefault((setting,), name)
-    return {name: conditions[name] for name in dict.fromkeys(kinds.values())}
+    kinds = registry.condition_kinds(conditions)
+    return {name: conditions[name] for name in dict.fromkeys(names[0] for names in kinds.values())}
 
 
 KINDS = condition_kinds()
