@@ -785,7 +785,7 @@ def test_sensitivity_reads_each_key_claim_with_its_frozen_variants():
                 kept.metric,
                 kept.seed,
             )
-        assert {cell.condition for cell in claim.cells()} <= {*FROZEN_BIAS.values(), "rpb"}
+        assert {cell.condition for cell in claim.cells()} <= {*FROZEN_BIAS.values(), "rpb", "rpb_beta050"}
         assert {cell.model for cell in claim.cells()} == {"moonlight"}
 
 
@@ -793,7 +793,14 @@ def test_sensitivity_reads_each_key_claim_with_its_frozen_variants():
     ("claim_id", "frozen_shift", "on", "frozen", "also"),
     [
         # The toy run's pattern: SFT keeps more structure with the update frozen than RPB does.
-        ("rpb_nmi_above_sft_lbl", {("sft_frozen_bias", "nmi"): 0.1}, REPRODUCED, CONTRADICTED, ()),
+        # ... and the frozen SFT is the exact beta = 0 end, so the sweep's sensitivity row fails too.
+        (
+            "rpb_nmi_above_sft_lbl",
+            {("sft_frozen_bias", "nmi"): 0.1},
+            REPRODUCED,
+            CONTRADICTED,
+            ("beta_nmi_saturates_frozen_bias",),
+        ),
         # Router-L2 loses structure to the update (CONTRADICTING), keeps RPB's with it frozen.
         ("router_l2_close_to_rpb", "frozen at RPB's", CONTRADICTED, REPRODUCED, ()),
         # Frozen LBL far above RPB: the anchors are no longer above it either.
@@ -829,6 +836,19 @@ def test_sensitivity_verdicts_under_both_settings(claim_id, frozen_shift, on, fr
     )
 
 
+def test_the_beta_sweeps_sensitivity_reads_the_exact_beta_zero_end():
+    """§3.1: beta = 0 recovers SFT; RPB freezes the update (F.6), so the exact beta = 0 run is SFT
+    with the update frozen: the sensitivity row reads it where the main row reads SFT / NoAux (the
+    run Table 6's caption calls the beta = 0 row's counterpart). A frozen SFT above beta = 0.5
+    contradicts the sensitivity row alone."""
+    frozen = next(c for c in SENSITIVITY if c.claim_id == "beta_nmi_saturates_frozen_bias")
+    assert Cell("moonlight", "math20k", "sft_frozen_bias", "nmi", 42) in frozen.cells()
+    means = _frozen_like(_paper_means(), {("sft_frozen_bias", "nmi"): 0.1})
+    rows = _tested_rows(means)
+    assert rows.at["beta_nmi_saturates", "verdict"] == REPRODUCED
+    assert rows.at["beta_nmi_saturates_frozen_bias", "verdict"] == CONTRADICTED
+
+
 def test_a_missing_frozen_cell_is_missing_not_a_crash():
     rows = _tested_rows(_paper_means())  # no frozen variant trained
     assert (rows.loc[CLAIM_IDS, "verdict"] == REPRODUCED).all()
@@ -854,7 +874,9 @@ def test_the_rendered_table_reads_both_settings_from_result_files(tmp_path):
     assert "math20k Comm. NMI: RPB 0.631 ± 0.002 vs SFT (bias update frozen) 0.675 ± 0.002" in frozen["ours"]
     assert "LBL (bias update frozen)" in frozen["compared"]
     assert (frozen["paper"], frozen["paper_check"]) == (FROZEN_BIAS_PAPER, NOT_IN_PAPER)
-    others = [c.claim_id for c in SENSITIVITY if c.claim_id != "rpb_nmi_above_sft_lbl_frozen_bias"]
+    flipped = ("rpb_nmi_above_sft_lbl_frozen_bias", "beta_nmi_saturates_frozen_bias")
+    assert rows.at["beta_nmi_saturates_frozen_bias", "verdict"] == CONTRADICTED
+    others = [c.claim_id for c in SENSITIVITY if c.claim_id not in flipped]
     assert (rows.loc[others, "verdict"] == REPRODUCED).all()
     assert (
         "Expert-bias sensitivity (rows …_frozen_bias)" in md

@@ -399,7 +399,8 @@ def _frozen_bias_note(label: Callable[[str], str]) -> str:
         f"Expert-bias sensitivity (rows …{FROZEN_BIAS_SUFFIX}): the claim named without the suffix, read "
         f"again with {replaced}: those conditions trained with the routers' expert-bias update frozen "
         "(their settings: expert_bias_update_rate 0), as RPB trains (F.6), where the claim's own row "
-        "trains them at training.expert_bias_update_rate. The paper reports no such runs."
+        "trains them at training.expert_bias_update_rate. The paper never says which setting its "
+        "baselines and anchors used (docs/choices.md)."
     )
 
 

@@ -461,11 +461,13 @@ FROZEN_BIAS_CLAIMS = (
     "anchors_comparable_above_baselines",
     "rpb_nmi_above_sft_lbl",
     "router_l2_close_to_rpb",
+    "beta_nmi_saturates",  # its sensitivity row reads the exact beta = 0 end: RPB's update frozen, no prior
 )
 FROZEN_BIAS_SUFFIX = "_frozen_bias"
 FROZEN_BIAS_PAPER = (
-    "no paper numbers: the paper reports no baseline or anchor run that it says was trained with "
-    "the expert-bias update frozen (F.6 names the update for RPB only)"
+    "no paper numbers: the paper never says which setting its baselines and anchors used (F.6 "
+    "disables the update for RPB only; docs/choices.md weighs the rest), so no printed row is "
+    "known to be a frozen-update baseline or anchor"
 )
 NOT_IN_PAPER = "not in the paper"
 
