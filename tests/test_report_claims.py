@@ -351,6 +351,26 @@ def test_the_paper_numbers_hold_each_new_rule_where_the_brief_names_it():
     assert "deepseek_v2_lite rpb s42 − lbl s42 +0.011" in rows.at["deepseek_scope_condition", "paper"]
 
 
+def test_the_tolerances_bound_the_papers_own_close_pairs_as_documented():
+    """The tolerances' justification names the widest close pair per metric on the paper's numbers."""
+    widest: dict[str, tuple[float, str]] = {}
+    for claim in CLAIMS:
+        values = claims.claim_values(_paper(), claim)
+        for check in (c for c in claim.checks if c.relation == "close"):
+            gap = abs(
+                claim_rules.side_value(check.side, values)[0]
+                - claim_rules.side_value(check.reference, values)[0]
+            )
+            pair = f"{check.side.cell.condition}/{check.reference.cell.condition}"
+            widest[check.metric] = max(widest.get(check.metric, (0.0, "")), (round(gap, 4), pair))
+    assert widest == {"nmi": (0.007, "rpb/rpb_beta050"), "overall9": (1.04, "within_soft/rpb")}
+    rules = Rules.from_config(_config(toy=False, cells=False)["claim_rules"])
+    assert widest["nmi"][0] < rules.nmi_points and widest["overall9"][0] < rules.accuracy_points
+    assert "0.007 NMI (RPB against β = 0.5, Table 6) and 1.04 points (within-soft against RPB" in " ".join(
+        Rules.__doc__.split()
+    )
+
+
 def test_inexpressible_claims_are_listed_once_and_apart_from_the_tested():
     ids = [c.claim_id for c in INEXPRESSIBLE]
     assert len(set(ids)) == len(ids) and not set(ids) & set(CLAIM_IDS)

@@ -113,8 +113,8 @@ class Rules:
     """The tolerances and the confidence of a check (config ``claim_rules``).
 
     ``*_points``: the tolerance of a ``close`` check; the paper's own close pairs differ by at
-    most 0.007 NMI and 1.04 points (within-soft, within-hard and Router-L2 against RPB, Tables 5
-    and 15). ``at_least_*_points``: how far below the reference an ``at_least`` check may sit,
+    most 0.007 NMI (RPB against β = 0.5, Table 6) and 1.04 points (within-soft against RPB,
+    Table 5). ``at_least_*_points``: how far below the reference an ``at_least`` check may sit,
     under the smallest gap the paper calls a separation (RPB over SFT, 0.041 NMI, Table 15).
     """
 
