@@ -17,6 +17,8 @@ from workflow_scripts.train.megatron.settings import rehearsed_preemption
 
 REHEARSAL = ["--profile", "slurm", "--profile", "profiles/rehearsal", "--sdm", "env-modules"]
 OVERLAY = ["--configfiles", registry.REHEARSAL_OVERLAY]
+#: A training job's inputs, as training_arguments reads them.
+INPUTS = {name: f"in/{name}" for name in ("hf_base", "megatron_base", "dataset", "split")}
 #: Rules every DAG has that are not work: the default targets themselves.
 TARGET_RULES = {"all", registry.REHEARSAL}
 
@@ -119,10 +121,26 @@ def test_the_plan_prices_the_rehearsal_on_one_node(config, capsys):
         compute_plan.target_work(registry.load_config([ROOT / registry.CONFIG_FILE]), registry.REHEARSAL)
 
 
+def test_only_the_preempted_conditions_runs_are_told_to_stop(config):
+    wildcards = {"model": "moonlight", "corpus": "math20k", "seed": "42"}
+    preempted = dag_inputs.training_arguments(config, {**wildcards, "condition": "router_l2"}, INPUTS)
+    assert '"preempt_after_steps": 4' in preempted
+    plain = dag_inputs.training_arguments(config, {**wildcards, "condition": "rpb_hard"}, INPUTS)
+    assert "preempt" not in plain
+    paper = registry.load_config([ROOT / registry.CONFIG_FILE])
+    assert "preempt" not in dag_inputs.run_training(paper["training"], "router_l2")
+    broken = {
+        **config,
+        "training": {**config["training"], "preempt": {"after_steps": 4, "conditions": ["x"]}},
+    }
+    with pytest.raises(registry.RegistryError, match=r"training\.preempt\.conditions: unknown condition 'x'"):
+        registry.check_references(broken)
+
+
 def test_a_fresh_training_stops_at_the_rehearsed_preemption_and_its_resume_runs_on():
     training = {"preempt_after_steps": 4}
     assert rehearsed_preemption(training, 8, None) == 4
     assert rehearsed_preemption(training, 8, 4) is None  # the retry resumes from step 4
     assert rehearsed_preemption({}, 8, None) is None  # paper scale: no rehearsed preemption
-    with pytest.raises(registry.UserInputError, match="preempt_after_steps 8: .* before the run's last"):
+    with pytest.raises(registry.UserInputError, match="preempt.after_steps 8: .* before the run's last"):
         rehearsed_preemption({"preempt_after_steps": 8}, 8, None)

@@ -29,7 +29,6 @@ TRAINING_KEYS = (
     "loss_on",
     "precision",
     "checkpoint_every_steps",
-    "preempt_after_steps",
     "expert_bias_update_rate",
     "optimizer",
     "schedule",
@@ -222,13 +221,23 @@ def prior_arguments(input: Mapping[str, str]) -> str:
     )
 
 
+def run_training(training: Mapping[str, Any], condition: str) -> str:
+    """The training settings one run reads, as JSON: with ``preempt_after_steps`` where the
+    rehearsal's ``training.preempt`` names the run's condition (train/megatron/settings.py)."""
+    found = {key: training[key] for key in ("parallelism", *TRAINING_KEYS) if key in training}
+    preempt = training.get("preempt")
+    if preempt and condition in preempt["conditions"]:
+        found["preempt_after_steps"] = preempt["after_steps"]
+    return json.dumps(found, sort_keys=True)
+
+
 def training_arguments(
     config: Mapping[str, Any], wildcards: Mapping[str, str], input: Mapping[str, str]
 ) -> str:
     """What a Megatron run reads and where it resumes, as arguments: its claim (binding the work
     folder to the run's settings and inputs, train/megatron/resume.py) and its training take the same."""
     condition = config_slice(config["conditions"][wildcards["condition"]], CONDITION_KEYS)
-    training = config_slice(config["training"], ("parallelism", *TRAINING_KEYS))
+    training = run_training(config["training"], wildcards["condition"])
     work = layout.rule_path(
         "megatron_work", **{key: wildcards[key] for key in ("model", "corpus", "condition", "seed")}
     )

@@ -179,7 +179,9 @@ def _check_cells(config: Mapping[str, Any], section: str) -> None:
 
 
 def _check_rehearsal(config: Mapping[str, Any]) -> None:
-    """The rehearsal's outputs exist and its cells name what the registry has."""
+    """The rehearsal's outputs exist, and its cells and preempted conditions name what the registry has."""
+    for condition in config["training"].get("preempt", {}).get("conditions", []):
+        _known("condition", condition, config["conditions"], "training.preempt.conditions")
     if REHEARSAL not in config:
         return
     for output_id in config[REHEARSAL]["outputs"]:

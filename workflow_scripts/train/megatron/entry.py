@@ -281,8 +281,8 @@ def run_megatron(args: argparse.Namespace) -> None:
     if stop is not None:
         saved = resume.latest_complete(save_dir)
         raise UserInputError(
-            f"stopped after step {saved} of {steps} with its checkpoint saved, as "
-            f"training.preempt_after_steps {stop} rehearses a preemption: the job's retry resumes from it"
+            f"stopped after step {saved} of {steps} with its checkpoint saved, as training.preempt "
+            f"rehearses a preemption at step {stop}: the job's retry resumes from it"
         )
     if rank0:
         final = resume.latest_complete(save_dir)

@@ -121,15 +121,16 @@ def run_steps(training: Mapping[str, Any], num_rows: int) -> int:
 
 
 def rehearsed_preemption(training: Mapping[str, Any], steps: int, resume_step: int | None) -> int | None:
-    """The step a fresh run stops at, as a preempted job would (``training.preempt_after_steps``, the
-    rehearsal's): Bridge saves there and exits, the job fails, and its retry resumes from that
-    checkpoint. None for a resumed run, or when the registry asks for no rehearsed preemption."""
+    """The step a fresh run stops at, as a preempted job would (``preempt_after_steps``, which the
+    rehearsal's ``training.preempt`` sets for the runs of its conditions): Bridge saves there and
+    exits, the job fails, and its retry resumes from that checkpoint. None for a resumed run, or
+    when the run is not to be preempted."""
     stop = training.get("preempt_after_steps")
     if stop is None or resume_step is not None:
         return None
     if not 0 < int(stop) < steps:
         raise UserInputError(
-            f"training.preempt_after_steps {stop}: a rehearsed preemption needs a step before the run's "
+            f"training.preempt.after_steps {stop}: a rehearsed preemption needs a step before the run's "
             f"last ({steps})"
         )
     return int(stop)
