@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dag import JOB_ENV, TOY, TOY_RUN_OUTPUTS, planned_jobs, snakemake_ok
+from tests.dag import TOY, TOY_RUN_OUTPUTS, planned_jobs, project_cli, snakemake_ok
 from workflow_scripts import layout
 from workflow_scripts.bundle.archive import CHECKSUMS, META
 from workflow_scripts.errors import UserInputError
@@ -37,13 +36,6 @@ RECORD = "results/priors/moonlight/math20k/provenance.json"
 CHECKPOINT = "results/checkpoints/moonlight/math20k/rpb/s42"
 
 
-def workflow_scripts(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    """``python -m workflow_scripts *args`` in ``workdir`` (its own code), output captured."""
-    env = {**JOB_ENV, "PYTHONPATH": str(workdir)}
-    command = [sys.executable, "-m", "workflow_scripts", *args]
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
-
-
 def fresh_clone(toy_run: Path, destination: Path) -> Path:
     """A git clone of the toy run's checkout: its commit, no results, no ``.snakemake``."""
     subprocess.run(["git", "clone", "-q", str(toy_run), str(destination)], check=True, capture_output=True)
@@ -53,7 +45,7 @@ def fresh_clone(toy_run: Path, destination: Path) -> Path:
 @pytest.fixture(scope="module")
 def archive(toy_run, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "toy-bundle.tar.gz"
-    done = workflow_scripts(toy_run, "bundle", "export", *TOY_RUN_OUTPUTS, "--out", str(out))
+    done = project_cli(toy_run, "bundle", "export", *TOY_RUN_OUTPUTS, "--out", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"toy bundle: {out.stat().st_size / 1e6:.1f} MB")
     return out
@@ -64,7 +56,7 @@ def rebuilt(toy_run, archive, tmp_path_factory) -> tuple[Path, list[str], float]
     """A fresh clone with the bundle imported and the outputs rebuilt: (clone, rules planned, seconds)."""
     started = time.perf_counter()
     clone = fresh_clone(toy_run, tmp_path_factory.mktemp("clone") / "rpb-repro")
-    done = workflow_scripts(clone, "bundle", "import", str(archive))
+    done = project_cli(clone, "bundle", "import", str(archive))
     assert done.returncode == 0, done.stderr[-3000:]
     rules = [job.rule for job in planned_jobs(TOY, *MANIFESTS, cwd=clone)]
     snakemake_ok(clone, *MANIFESTS, *TOY)
@@ -86,12 +78,12 @@ def test_a_clone_rebuilds_only_downstream_jobs_byte_identical(toy_run, rebuilt):
 @pytest.mark.slow
 def test_the_clones_audit_holds_and_names_what_came_from_the_bundle(rebuilt):
     clone, _, _ = rebuilt
-    done = workflow_scripts(clone, "provenance", "audit", *TOY_RUN_OUTPUTS)
+    done = project_cli(clone, "provenance", "audit", *TOY_RUN_OUTPUTS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"from the bundle, verified against its record: {GENERATIONS}" in done.stdout
     assert f"left behind by the bundle, vouched for by its record: {CHECKPOINT}" in done.stdout
     assert "rebuilt here: results/tables/table6.csv (identical to the bundle's original)" in done.stdout
-    (entry, *_) = json.loads(workflow_scripts(clone, "provenance", "audit", "table6", "--json").stdout)
+    (entry, *_) = json.loads(project_cli(clone, "provenance", "audit", "table6", "--json").stdout)
     assert entry["holds"] and GENERATIONS in entry["origins"]["bundle"]
 
 
@@ -102,7 +94,7 @@ def test_a_bundle_file_edited_after_import_is_named_by_the_audit(rebuilt):
     original = path.read_bytes()
     path.write_bytes(original[:-1] + bytes([original[-1] ^ 0xFF]))
     try:
-        done = workflow_scripts(clone, "provenance", "audit", "table6")
+        done = project_cli(clone, "provenance", "audit", "table6")
     finally:
         path.write_bytes(original)
     assert done.returncode == 2
@@ -136,7 +128,7 @@ def _rewritten(archive: Path, out: Path, drop: str, relist: bool) -> Path:
 def test_a_bundle_with_a_record_removed_is_refused_naming_it(toy_run, archive, tmp_path, relist):
     tampered = _rewritten(archive, tmp_path / "tampered.tar.gz", RECORD, relist)
     clone = fresh_clone(toy_run, tmp_path / "clone")
-    done = workflow_scripts(clone, "bundle", "import", str(tampered))
+    done = project_cli(clone, "bundle", "import", str(tampered))
     assert done.returncode == 2, done.stdout + done.stderr
     named = (
         "results/priors/moonlight/math20k/prior.npy: no record in the bundle lists it" if relist else RECORD
@@ -150,7 +142,7 @@ def test_a_bundle_from_another_configuration_is_refused_naming_the_key(toy_run, 
     clone = fresh_clone(toy_run, tmp_path / "clone")
     (clone / "other.yaml").write_text(yaml.safe_dump({"evaluation": {"temperature": 0.7}}))
     files = ["config.yaml", "profiles/local/toy.yaml", "other.yaml"]
-    done = workflow_scripts(clone, "bundle", "import", str(archive), "--config-files", *files)
+    done = project_cli(clone, "bundle", "import", str(archive), "--config-files", *files)
     assert done.returncode == 2
     assert "the bundle was made under another configuration" in done.stderr
     assert "evaluation.temperature:" in done.stderr

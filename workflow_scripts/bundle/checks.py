@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts import registry
+from workflow_scripts import layout, registry
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.provenance.audit import config_differences
 from workflow_scripts.records import path_digest
@@ -59,7 +59,7 @@ def check_records(staging: Path, meta: Mapping[str, Any]) -> None:
                 f"{path}: sha256 {now[:12]} in the bundle, {sha256[:12]} recorded by {record}"
             )
     for path, digest in meta["recorded_only"].items():
-        hub = digest["recorded_by"].endswith("manifest.json")  # a download: its hub manifest vouches
+        hub = digest["recorded_by"].endswith(layout.MANIFEST_FILE)  # a download: its hub manifest vouches
         if not hub and listed.get(path, (None, None))[1] != digest["sha256"]:
             raise UserInputError(f"{path}: the bundle vouches for it, but no record it carries lists it so")
 
