@@ -97,10 +97,16 @@ MEGATRON_MODULES = [] if MEGATRON_CONTAINER else ["rpb/megatron"]
 # The image has no SLURM, so the two launch rules are not wrapped in it (no container directive):
 # the launch runs `srun ... apptainer exec --nv <image> torchrun ...` (train/megatron/launch.py).
 MEGATRON_LAUNCH_IMAGE = f" --container {shlex.quote(MEGATRON_CONTAINER)}" if MEGATRON_CONTAINER else ""
-# A probed run is the base model or one trained (condition, seed).
-PROBED_RUN = rf"base|(?:{alternatives(config['conditions'])})/s\d+"
-# An evaluated checkpoint is the base model (once, not per corpus) or one trained (corpus, condition, seed).
-EVALUATED = rf"base|(?:{alternatives(config['corpora'])})/(?:{alternatives(config['conditions'])})/s\d+"
+# A trained run (condition, seed), and a user's own checkpoint (own_checkpoints; none: matches nothing).
+TRAINED_RUN = rf"(?:{alternatives(config['conditions'])})/s\d+"
+OWN_RUN = rf"{registry.OWN}/(?:{alternatives(config.get('own_checkpoints', {}))})"
+# A run compared with its base's routing: a trained one or an own checkpoint.
+COMPARED_RUN = rf"{TRAINED_RUN}|{OWN_RUN}"
+# A probed run is the base model, a trained run or an own checkpoint.
+PROBED_RUN = rf"base|{COMPARED_RUN}"
+# An evaluated checkpoint is the base model or an own checkpoint (once, not per corpus), or one
+# trained (corpus, condition, seed).
+EVALUATED = rf"base|{OWN_RUN}|(?:{alternatives(config['corpora'])})/{TRAINED_RUN}"
 BENCHMARK_ITEMS = expand(layout.rule_path("benchmark", name=layout.ITEMS_FILE), benchmark=sorted(config["benchmarks"]))
 BENCHMARK_SUITE = layout.rule_path("suite", name=layout.SUITE_FILE)  # the evaluations' one items input
 
@@ -171,15 +177,15 @@ def condition_slice(wildcards):
 
 
 def probed_checkpoint(wildcards):
-    return dag_inputs.probed_checkpoint(wildcards.model, wildcards.corpus, wildcards.run)
+    return dag_inputs.probed_checkpoint(config, wildcards.model, wildcards.corpus, wildcards.run)
 
 
 def evaluated_checkpoint(wildcards):
-    return dag_inputs.checkpoint_of(wildcards.model, wildcards.evaluated)
+    return dag_inputs.checkpoint_of(config, wildcards.model, wildcards.evaluated)
 
 
 def evaluated_identity(wildcards):
-    return dag_inputs.evaluated_identity(wildcards.model, wildcards.evaluated)
+    return dag_inputs.evaluated_identity(config, wildcards.model, wildcards.evaluated)
 
 
 def condition_prior(wildcards):

@@ -49,18 +49,20 @@ rule base_partition:
 
 rule retention:
     input:
-        routes=layout.rule_path("probe", run=layout.run_name("{condition}", "{seed}"), name=layout.ROUTES_FILE),
+        routes=layout.rule_path("probe", name=layout.ROUTES_FILE),
         base_routes=layout.rule_path("probe", run=registry.BASE, name=layout.ROUTES_FILE),
         partition=layout.rule_path("graph", run=registry.BASE, name=layout.PARTITION_FILE),
     output:
-        metrics=layout.rule_path("graph", run=layout.run_name("{condition}", "{seed}"), name=layout.METRICS_FILE),
-        layers=layout.rule_path("graph", run=layout.run_name("{condition}", "{seed}"), name=layout.LAYERS_FILE),
-        provenance=layout.rule_path("graph", run=layout.run_name("{condition}", "{seed}"), name=layout.PROVENANCE_FILE),
+        metrics=layout.rule_path("graph", name=layout.METRICS_FILE),
+        layers=layout.rule_path("graph", name=layout.LAYERS_FILE),
+        provenance=layout.rule_path("graph", name=layout.PROVENANCE_FILE),
+    wildcard_constraints:
+        run=COMPARED_RUN,
     params:
         detector=DETECTOR,
         probe=RETENTION_PROBE,
     log:
-        "logs/graphs/retention/{model}/{corpus}/{condition}/s{seed}.log",
+        "logs/graphs/retention/{model}/{corpus}/{run}.log",
     conda:
         "../envs/analysis.yaml"
     envmodules:

@@ -151,9 +151,9 @@ def test_toy_table5_trains_probes_and_shuffles_its_cells():
         "global_hard",
     }
     assert len(trainings(jobs)) == 2 * 4
-    retained = sorted((w["corpus"], w["condition"], int(w["seed"])) for r, w in jobs if r == "retention")
+    retained = sorted((w["corpus"], w["run"]) for r, w in jobs if r == "retention")
     expected = [
-        (c, k, 42)
+        (c, f"{k}/s42")
         for c in ("math20k", "coding20k")
         for k in ("rpb", "within_soft", "within_hard", "global_hard")
     ]

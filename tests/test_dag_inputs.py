@@ -58,19 +58,38 @@ def test_toy_pretraining_takes_each_models_own_balancing_weight(toy_config):
     assert "lbl_coefficient_by_model" not in moonlight
 
 
-def test_checkpoints_of_probed_and_evaluated_runs():
-    assert dag_inputs.checkpoint_of("moonlight", "base") == "results/models/moonlight/base"
+def test_checkpoints_of_probed_and_evaluated_runs(paper_config):
+    base = "results/models/moonlight/base"
+    assert dag_inputs.checkpoint_of(paper_config, "moonlight", "base") == base
     trained = "results/checkpoints/moonlight/math20k/rpb/s42"
-    assert dag_inputs.checkpoint_of("moonlight", "math20k/rpb/s42") == trained
-    assert dag_inputs.probed_checkpoint("moonlight", "math20k", "rpb/s42") == trained
-    assert dag_inputs.probed_checkpoint("moonlight", "math20k", "base") == "results/models/moonlight/base"
+    assert dag_inputs.checkpoint_of(paper_config, "moonlight", "math20k/rpb/s42") == trained
+    assert dag_inputs.probed_checkpoint(paper_config, "moonlight", "math20k", "rpb/s42") == trained
+    assert dag_inputs.probed_checkpoint(paper_config, "moonlight", "math20k", "base") == base
 
 
-def test_evaluated_identity():
-    assert json.loads(dag_inputs.evaluated_identity("moonlight", "base")) == {
+def test_an_own_checkpoint_is_read_from_its_configured_folder(paper_config):
+    paper_config["own_checkpoints"] = {"mine": {"model": "moonlight", "corpus": "coding20k", "path": "/ckpt"}}
+    assert dag_inputs.checkpoint_of(paper_config, "moonlight", "own/mine") == "/ckpt"
+    assert dag_inputs.probed_checkpoint(paper_config, "moonlight", "math20k", "own/mine") == "/ckpt"
+    assert json.loads(dag_inputs.evaluated_identity(paper_config, "moonlight", "own/mine")) == {
+        "model": "moonlight", "corpus": "coding20k", "condition": "own/mine", "seed": None
+    }  # fmt: skip
+    with pytest.raises(
+        registry.RegistryError, match=r"own_checkpoints\.mine\.model: 'moonlight', not 'qwen3_30b'"
+    ):
+        dag_inputs.checkpoint_of(paper_config, "qwen3_30b", "own/mine")
+    paper_config["own_checkpoints"]["mine"]["path"] = "results/checkpoints/x"
+    with pytest.raises(
+        registry.RegistryError, match=r"own_checkpoints\.mine\.path: results/checkpoints/x is under"
+    ):
+        dag_inputs.checkpoint_of(paper_config, "moonlight", "own/mine")
+
+
+def test_evaluated_identity(paper_config):
+    assert json.loads(dag_inputs.evaluated_identity(paper_config, "moonlight", "base")) == {
         "model": "moonlight", "corpus": None, "condition": "base", "seed": None
     }  # fmt: skip
-    assert json.loads(dag_inputs.evaluated_identity("qwen3_30b", "coding20k/lbl/s43")) == {
+    assert json.loads(dag_inputs.evaluated_identity(paper_config, "qwen3_30b", "coding20k/lbl/s43")) == {
         "model": "qwen3_30b", "corpus": "coding20k", "condition": "lbl", "seed": 43
     }  # fmt: skip
 

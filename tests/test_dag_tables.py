@@ -16,13 +16,17 @@ MOONLIGHT_SPLITS = ("math20k", "coding20k")
 
 
 def _units(jobs, rule: str) -> set[tuple]:
-    """(model, corpus, condition, seed) of every job of ``rule``; ``evaluated`` wildcards are unpacked."""
+    """(model, corpus, condition, seed) of every job of ``rule``; ``evaluated`` and ``run`` wildcards
+    are unpacked."""
     units = set()
     for name, w in jobs:
         if name != rule:
             continue
-        if rule == "train_megatron" or rule == "retention":
+        if rule == "train_megatron":
             units.add((w["model"], w["corpus"], w["condition"], int(w["seed"])))
+        elif rule == "retention":  # run: {condition}/s{seed}
+            condition, seed = w["run"].split("/s")
+            units.add((w["model"], w["corpus"], condition, int(seed)))
         elif w["evaluated"] == "base":
             units.add((w["model"], None, "base", None))
         else:

@@ -33,7 +33,7 @@ from workflow_scripts.plan_costs import (
     state_gb,
     weights_gb,
 )
-from workflow_scripts.registry import BASE, Closure, Evaluation, Training
+from workflow_scripts.registry import BASE, Closure, Evaluation, Training, own_name
 
 ALL = "all"
 GATES = "gates"  # the sanity gates' table: a named target of its own (rules/gates.smk)
@@ -326,10 +326,12 @@ def _jobs(config: Mapping[str, Any], work: Work, pricer: Pricer) -> list[Job]:
             after = [("probe_routes", probe.model, probe.corpus, BASE)]
             jobs.append(pricer.cpu_job("base_partition", (probe.model, probe.corpus), after))
             continue
-        checkpoint = trained[Training(probe.model, probe.corpus, probe.condition, probe.seed)]
         run = (probe.condition, probe.seed)
+        checkpoint = _checkpoint_jobs(
+            trained, Training(probe.model, probe.corpus, probe.condition, probe.seed)
+        )
         jobs.append(
-            pricer.probe(probe.model, probe.corpus, run, [checkpoint, ("build_corpus", probe.corpus)])
+            pricer.probe(probe.model, probe.corpus, run, [*checkpoint, ("build_corpus", probe.corpus)])
         )
         after = [
             ("probe_routes", probe.model, probe.corpus, *run),
@@ -344,8 +346,8 @@ def _jobs(config: Mapping[str, Any], work: Work, pricer: Pricer) -> list[Job]:
     for evaluation in sorted(closure.evaluations, key=repr):
         after = [("benchmark_suite",)]
         if evaluation.condition != BASE:
-            after.append(
-                trained[Training(evaluation.model, evaluation.corpus, evaluation.condition, evaluation.seed)]
+            after += _checkpoint_jobs(
+                trained, Training(evaluation.model, evaluation.corpus, evaluation.condition, evaluation.seed)
             )
         jobs.append(pricer.generate(evaluation, after))
         jobs.append(pricer.score(evaluation))
@@ -353,6 +355,11 @@ def _jobs(config: Mapping[str, Any], work: Work, pricer: Pricer) -> list[Job]:
             jobs.append(pricer.likelihood(evaluation, after))
     jobs += _report_jobs(config, work, pricer, jobs)
     return jobs
+
+
+def _checkpoint_jobs(trained: Mapping[Training, tuple], run: Training) -> list[tuple]:
+    """The job that writes a probed or evaluated run's checkpoint; none for an own checkpoint (given)."""
+    return [] if own_name(run.condition) is not None else [trained[run]]
 
 
 def _report_jobs(config: Mapping[str, Any], work: Work, pricer: Pricer, jobs: Sequence[Job]) -> list[Job]:

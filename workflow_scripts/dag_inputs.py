@@ -172,25 +172,53 @@ def prior_file(model: str, corpus: str, kind: str) -> str:
     return layout.rule_path("prior", model=model, corpus=corpus, name=layout.PRIOR_FILES[kind])
 
 
-def checkpoint_of(model: str, evaluated: str) -> str:
-    """The base model (``base``), or the trained checkpoint ``{corpus}/{condition}/s{seed}``."""
+def _own_entry(config: Mapping[str, Any], model: str, name: str) -> Mapping[str, Any]:
+    """The ``own_checkpoints`` entry ``name``; refused where a path asks for it under another model,
+    or where its folder lies under the results root, whose every file a job of the workflow writes."""
+    entry = config["own_checkpoints"][name]
+    if entry["model"] != model:
+        raise registry.RegistryError(
+            f"own_checkpoints.{name}.model: {entry['model']!r}, not {model!r} as the requested path says"
+        )
+    if Path(entry["path"]).resolve().is_relative_to(Path(layout.RESULTS).resolve()):
+        raise registry.RegistryError(
+            f"own_checkpoints.{name}.path: {entry['path']} is under {layout.RESULTS}/; "
+            "keep your checkpoint outside it"
+        )
+    return entry
+
+
+def checkpoint_of(config: Mapping[str, Any], model: str, evaluated: str) -> str:
+    """The base model (``base``), an own checkpoint's folder (``own/{name}``, config key
+    ``own_checkpoints``), or the trained checkpoint ``{corpus}/{condition}/s{seed}``."""
     if evaluated == registry.BASE:
         return layout.rule_path("model", model=model, name=layout.BASE_MODEL)
+    own = registry.own_name(evaluated)
+    if own is not None:
+        return _own_entry(config, model, own)["path"]
     corpus, condition, seed = evaluated.split("/")
     return layout.rule_path(
         "checkpoint", model=model, corpus=corpus, condition=condition, seed=seed.removeprefix("s")
     )
 
 
-def probed_checkpoint(model: str, corpus: str, run: str) -> str:
-    """The checkpoint a probe reads: ``run`` is ``base`` or ``{condition}/s{seed}`` on ``corpus``."""
-    return checkpoint_of(model, run if run == registry.BASE else f"{corpus}/{run}")
+def probed_checkpoint(config: Mapping[str, Any], model: str, corpus: str, run: str) -> str:
+    """The checkpoint a probe reads: ``run`` is ``base``, ``own/{name}`` or ``{condition}/s{seed}`` on
+    ``corpus``."""
+    unseeded = run == registry.BASE or registry.own_name(run) is not None
+    return checkpoint_of(config, model, run if unseeded else f"{corpus}/{run}")
 
 
-def evaluated_identity(model: str, evaluated: str) -> str:
-    """What an evaluation summary records as its identity (JSON): model, corpus, condition, seed."""
+def evaluated_identity(config: Mapping[str, Any], model: str, evaluated: str) -> str:
+    """What an evaluation summary records as its identity (JSON): model, corpus, condition, seed.
+
+    An own checkpoint's corpus is its entry's (its ID/OOD split); it has no seed.
+    """
+    own = registry.own_name(evaluated)
     if evaluated == registry.BASE:
         run: dict[str, Any] = {"corpus": None, "condition": registry.BASE, "seed": None}
+    elif own is not None:
+        run = {"corpus": _own_entry(config, model, own)["corpus"], "condition": evaluated, "seed": None}
     else:
         corpus, condition, seed = evaluated.split("/")
         run = {"corpus": corpus, "condition": condition, "seed": int(seed.removeprefix("s"))}
@@ -315,19 +343,32 @@ def report_config(config: Mapping[str, Any], output_id: str) -> str:
 
 def report_inputs(config: Mapping[str, Any], output_id: str, root: Path) -> dict[str, Any]:
     """A table's or figure's result files, plus the paper's published values (and notes on them)
-    where the checkout at ``root`` has them."""
+    where the checkout at ``root`` has them; for the own-checkpoint table, the paper tables whose
+    rows it sets beside (``paper_rows``)."""
     inputs: dict[str, Any] = {"files": report_files(config, output_id)}
     if output_id in config["tables"]:
         for name, path in layout.reference_files(output_id).items():
             if (root / path).is_file():
                 inputs[name] = path
+        paper_rows = config["tables"][output_id].get("paper_rows", {})
+        if paper_rows:
+            inputs["paper_rows"] = [
+                layout.reference_files(table)["reference"] for table in sorted(paper_rows)
+            ]
     return inputs
 
 
 def reference_arguments(input: Mapping[str, Any]) -> str:
-    """``--reference`` and ``--reference-notes`` of the reference files report_inputs declared."""
-    names = [name for name in layout.reference_files("") if name in input]
-    return " ".join(f"--{name.replace('_', '-')} {shlex.quote(str(input[name]))}" for name in names)
+    """``--reference``, ``--reference-notes`` and ``--paper-rows`` of the files report_inputs declared."""
+    names = [name for name in (*layout.reference_files(""), "paper_rows") if name in input]
+    return " ".join(
+        f"--{name.replace('_', '-')} {shlex.join(map(str, _listed(input[name])))}" for name in names
+    )
+
+
+def _listed(value: Any) -> list[Any]:
+    """A named input as a list: one file, or the files of a list input."""
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def output_files(config: Mapping[str, Any], output_id: str) -> list[str]:

@@ -60,8 +60,9 @@ NEVER = "(?!x)x"  # a wildcard pattern nothing matches: a rule that does not app
 
 
 #: Every result path below the results root, with the rules' wildcard names. ``{run}`` (a probed
-#: run) is ``base`` or ``{condition}/s{seed}`` on ``{corpus}``; ``{evaluated}`` (an evaluated
-#: checkpoint, the base once for all corpora) is ``base`` or ``{corpus}/{condition}/s{seed}``;
+#: run) is ``base``, ``{condition}/s{seed}`` or an own checkpoint's ``own/{name}`` on ``{corpus}``;
+#: ``{evaluated}`` (an evaluated checkpoint, the base and an own one once for all corpora) is
+#: ``base``, ``own/{name}`` or ``{corpus}/{condition}/s{seed}``;
 #: ``{name}`` is the file of a stage's folder. The rules
 #: take their patterns from here (``rule_path``), the CLIs and the report their paths.
 PATHS = {
@@ -116,8 +117,9 @@ def reference_files(output_id: str) -> dict[str, str]:
 
 
 def run_name(condition: str, seed: int | None) -> str:
-    """``base``, or ``{condition}/s{seed}`` for a trained checkpoint."""
-    return BASE if condition == BASE else f"{condition}/s{seed}"
+    """``{condition}/s{seed}`` for a trained checkpoint; an unseeded run (``base``, ``own/{name}``) is
+    its condition."""
+    return condition if seed is None else f"{condition}/s{seed}"
 
 
 def prior_file(results: str | Path, model: str, corpus: str, name: str) -> Path:
@@ -158,12 +160,11 @@ def layers_path(results: str | Path, probe: Probe) -> Path:
 
 
 def summary_path(results: str | Path, evaluation: Evaluation) -> Path:
-    """One checkpoint's evaluation summary (a base model is evaluated once, not per corpus)."""
-    run = (
-        BASE
-        if evaluation.condition == BASE
-        else f"{evaluation.corpus}/{run_name(evaluation.condition, evaluation.seed)}"
-    )
+    """One checkpoint's evaluation summary (a base model or an own checkpoint is evaluated once, not
+    per corpus)."""
+    run = run_name(evaluation.condition, evaluation.seed)
+    if evaluation.seed is not None:
+        run = f"{evaluation.corpus}/{run}"
     return result_path(results, "eval", model=evaluation.model, evaluated=run, name=SUMMARY_FILE)
 
 

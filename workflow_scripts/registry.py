@@ -45,6 +45,12 @@ REHEARSAL = "rehearsal"
 SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
 PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
 BASE = "base"
+#: A user's own checkpoint (config key ``own_checkpoints``) runs as ``own/{name}``: evaluated once
+#: like the base, probed on its corpus like a trained run, and tabled in ``OWN_TABLE``.
+OWN = "own"
+OWN_TABLE = "own_checkpoints"
+#: The paper's per-benchmark tables whose published rows the own-checkpoint table sets beside.
+PAPER_ROW_TABLES = ("table16", "table17", "table18", "table19")
 
 
 class RegistryError(UserInputError, ValueError):
@@ -64,7 +70,8 @@ class Training:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """An evaluated checkpoint; ``condition == "base"`` (corpus and seed None) is the base model."""
+    """An evaluated checkpoint; ``condition == "base"`` (corpus and seed None) is the base model,
+    ``own/{name}`` (seed None) an own checkpoint, whose corpus sets its ID/OOD split."""
 
     model: str
     corpus: str | None
@@ -74,7 +81,8 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class Probe:
-    """A bias-free probe on a corpus' probe pool; ``condition == "base"`` (seed None) probes the base."""
+    """A bias-free probe on a corpus' probe pool; ``condition == "base"`` (seed None) probes the base,
+    ``own/{name}`` (seed None) an own checkpoint."""
 
     model: str
     corpus: str
@@ -254,6 +262,61 @@ def _check_models(config: Mapping[str, Any]) -> None:
             )
 
 
+def own_run(name: str) -> str:
+    """The run name (``condition`` of its Evaluation and Probe, path component) of own checkpoint ``name``."""
+    return f"{OWN}/{name}"
+
+
+def own_name(run: str) -> str | None:
+    """The ``own_checkpoints`` name of an own run (``own/{name}``); None for a base or trained run."""
+    prefix, _, name = run.partition("/")
+    return name if prefix == OWN and name else None
+
+
+def _check_own_checkpoints(config: Mapping[str, Any]) -> None:
+    """Each own checkpoint names a registry model and corpus and an HF checkpoint folder.
+
+    The folder is checked here, where the error can name the key, rather than as a job's missing input.
+    """
+    for name, entry in sorted(config.get("own_checkpoints", {}).items()):
+        where = f"own_checkpoints.{name}"
+        _known("model", entry["model"], config["models"], f"{where}.model")
+        _known("corpus", entry["corpus"], config["corpora"], f"{where}.corpus")
+        folder = Path(entry["path"])
+        if not (folder / "config.json").is_file():
+            found = "a folder without config.json" if folder.is_dir() else "no such folder"
+            raise RegistryError(f"{where}.path: {entry['path']}: {found} (an HF checkpoint folder holds one)")
+
+
+def add_own_table(config: dict[str, Any]) -> None:
+    """Add table ``OWN_TABLE`` of the configured own checkpoints, in place; none configured, no table.
+
+    Its cells name each checkpoint with its model and corpus; ``paper_rows`` names the paper's
+    per-benchmark tables (``PAPER_ROW_TABLES``) of those models, whose published rows it sets beside.
+    """
+    own = config.get("own_checkpoints", {})
+    if not own:
+        return
+    cells = [
+        {"models": [entry["model"]], "corpora": [entry["corpus"]], "own_checkpoints": [name]}
+        for name, entry in sorted(own.items())
+    ]
+    models = {entry["model"] for entry in own.values()}
+    paper_rows, conditions = {}, set()
+    for table_id in PAPER_ROW_TABLES:
+        table_cells = config["tables"].get(table_id, {}).get("cells", [])
+        named = {model for cell in table_cells for model in cell["models"]}
+        if len(named) == 1 and named <= models:
+            paper_rows[table_id] = named.pop()
+            conditions |= {condition for cell in table_cells for condition in cell.get("conditions", [])}
+    config["tables"][OWN_TABLE] = {
+        "title": "Own checkpoints beside the paper's rows (Tables 16-19 layout), with routing retention",
+        "cells": cells,
+        "paper_rows": paper_rows,  # paper table -> its model
+        "lists_conditions": sorted(conditions),  # the paper rows' methods, for their labels
+    }
+
+
 def check_references(config: Mapping[str, Any]) -> None:
     """Check cross-references and values of a schema-valid config; raise RegistryError naming the key."""
     _check_conditions(config)
@@ -263,6 +326,7 @@ def check_references(config: Mapping[str, Any]) -> None:
     _check_rehearsal(config)
     _check_schedule(config)
     _check_models(config)
+    _check_own_checkpoints(config)
 
 
 def non_finite_numbers(node: Any, path: str = "") -> list[tuple[str, float]]:
@@ -372,6 +436,7 @@ def load_config(
     validate_config(config, str(schema))
     cap_seeds(config)
     drop_cells_of_other_scales(config)
+    add_own_table(config)
     return config
 
 
@@ -441,6 +506,9 @@ def cells_closure(config: Mapping[str, Any], cells: Iterable[Mapping[str, Any]])
                     priors.add(Prior(model, corpus, BASE))
                 if cell.get("shuffled_prior"):
                     validations.add((model, corpus))
+                for name in cell.get("own_checkpoints", []):  # evaluated and probed; trained elsewhere
+                    evaluations.add(Evaluation(model, corpus, own_run(name), None))
+                    probes.add(Probe(model, corpus, own_run(name), None))
                 for condition in cell.get("conditions", []):
                     for seed in cell.get("eval_seeds", []):
                         evaluations.add(Evaluation(model, corpus, condition, seed))

@@ -31,9 +31,21 @@ if TYPE_CHECKING:
 
 
 def _tables() -> dict:
-    from workflow_scripts.report import claims, diagnostic_tables, performance_tables, routing_tables
+    from workflow_scripts.report import (
+        claims,
+        diagnostic_tables,
+        own_checkpoints,
+        performance_tables,
+        routing_tables,
+    )
 
-    return {**performance_tables.TABLES, **routing_tables.TABLES, **diagnostic_tables.TABLES, **claims.TABLES}
+    return {
+        **performance_tables.TABLES,
+        **routing_tables.TABLES,
+        **diagnostic_tables.TABLES,
+        **claims.TABLES,
+        **own_checkpoints.TABLES,
+    }
 
 
 def run_table(args: argparse.Namespace) -> None:
@@ -45,6 +57,10 @@ def run_table(args: argparse.Namespace) -> None:
     if args.id not in tables:
         raise UserInputError(f"--id {args.id!r}: no such table (known: {', '.join(sorted(tables))})")
     reference = load_reference(args.reference) if args.reference else None
+    if args.paper_rows:  # the own-checkpoint table: the paper's rows of its models, set beside its own
+        from workflow_scripts.report.own_checkpoints import paper_rows
+
+        reference = paper_rows(args.config, args.paper_rows)
     try:
         table = tables[args.id](dataclasses.replace(_report_inputs(args), reference=reference))
     except (KeyError, ValueError, OSError) as error:
@@ -159,7 +175,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "table",
         run_table,
         "compute one paper table and render it as csv, md and tex beside the paper's values",
-        inputs=("input_files", "reference", "reference_notes"),
+        inputs=("input_files", "reference", "reference_notes", "paper_rows"),
         either=("input_files",),
         outputs=("csv", "md", "tex"),
     )
@@ -172,6 +188,11 @@ def register(stages: argparse._SubParsersAction) -> None:
     table.add_argument(
         "--reference-notes",
         help="notes on those values (reference/<id>.notes.md, one '- ' item per note), if any",
+    )
+    table.add_argument(
+        "--paper-rows",
+        nargs="+",
+        help="paper tables (reference/<id>.csv) whose rows the own-checkpoint table sets beside its own",
     )
     table.add_argument("--csv", required=True, help="output: machine-readable table")
     table.add_argument("--md", required=True, help="output: readable table")

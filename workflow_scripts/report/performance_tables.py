@@ -51,7 +51,7 @@ LABELS = {
 }
 
 
-def _labels(config: Mapping[str, Any], **overrides: str) -> dict[str, str]:
+def display_labels(config: Mapping[str, Any], **overrides: str) -> dict[str, str]:
     """Display names: registry names of models, corpora, benchmarks and conditions, then table overrides."""
     labels = {name: spec["name"] for name, spec in config["models"].items()}
     labels |= {name: spec["name"] for name, spec in config["corpora"].items()}
@@ -148,14 +148,14 @@ def _overall9_table(
 
 def table2(inputs: ReportInputs) -> Table:
     """Table 2: Moonlight ID / OOD over the nine-benchmark suite, mean ± sd across three seeds."""
-    labels = _labels(inputs.config, sft="SFT")
+    labels = display_labels(inputs.config, sft="SFT")
     return _overall9_table(inputs, ("sft", "lbl", "rpb"), ("id", "ood"), labels, bold=False)
 
 
 def table3(inputs: ReportInputs) -> Table:
     """Table 3: the four anchoring objectives and both baselines, Overall@9, best per corpus in bold."""
     conditions = ("rpb", "router_l2", "kl_base", "logit_l2", "sft", "lbl")
-    labels = _labels(inputs.config, sft="NoAux / SFT", lbl="LBL (re-applied)")
+    labels = display_labels(inputs.config, sft="NoAux / SFT", lbl="LBL (re-applied)")
     return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
 
 
@@ -169,13 +169,13 @@ def table4(inputs: ReportInputs) -> Table:
     models = ("qwen3_30b", "moonlight")
     rows = _ordered(rows, inputs.config, keys, {"model": models, "condition": conditions})
     notes = (_seed_note(evaluations), "Aggregates over the nine-benchmark suite (Appendix F.4).")
-    labels = _labels(inputs.config, sft="NoAux")
+    labels = display_labels(inputs.config, sft="NoAux")
     return _table(inputs, keys, ("overall9",), rows, labels=labels, block="model", notes=notes)
 
 
 def table7(inputs: ReportInputs) -> Table:
     """Table 7: Router-L2 at lambda 1e2 / 1e3 (single seed) and 1e4 (three seeds), Overall@9."""
-    labels = _labels(
+    labels = display_labels(
         inputs.config,
         condition="$\\lambda$",
         router_l2_1e2="$\\lambda=10^{2}$",
@@ -193,7 +193,9 @@ def table8(inputs: ReportInputs) -> Table:
     rows = _summarize(_aggregates(inputs, evaluations, "all12"), keys, ("avg12",))
     rows = _ordered(rows, inputs.config, keys, {"model": list(inputs.config["models"])})
     notes = (_seed_note(evaluations), "Avg is the mean over all twelve benchmarks, not Overall@9.")
-    return _table(inputs, keys, ("avg12",), rows, labels=_labels(inputs.config), block="corpus", notes=notes)
+    return _table(
+        inputs, keys, ("avg12",), rows, labels=display_labels(inputs.config), block="corpus", notes=notes
+    )
 
 
 def table12(inputs: ReportInputs) -> Table:
@@ -223,7 +225,7 @@ def table12(inputs: ReportInputs) -> Table:
         "ID, OOD and Avg aggregate all twelve benchmarks; Comm. NMI is against the base partition.",
         "The Base rows' Comm. NMI (the base partition against itself) is not measured.",
     )
-    labels = _labels(inputs.config, sft="SFT")
+    labels = display_labels(inputs.config, sft="SFT")
     return _table(
         inputs, CORPUS_KEYS, columns, rows, labels=labels, block="corpus", notes=notes, digits={"nmi": 3}
     )
@@ -252,7 +254,7 @@ def table14(inputs: ReportInputs) -> Table:
     )
     rows["delta_rpb_sd"] = math.nan
     rows["delta_rpb_n"] = rows["id_ood_mean_n"]
-    labels = _labels(inputs.config, **{c: _hardness_label(inputs.config, c) for c in conditions})
+    labels = display_labels(inputs.config, **{c: _hardness_label(inputs.config, c) for c in conditions})
     notes = (
         _seed_note(evaluations),
         "Δ vs. RPB is the row's (ID+OOD)/2 minus the RPB row's in the same corpus (the reference).",
@@ -267,7 +269,7 @@ def _by_run(frame: pd.DataFrame) -> Iterator[tuple[dict[str, Any], pd.DataFrame]
         yield {key: None if pd.isna(v) else v for key, v in zip(RUN_KEYS, values, strict=True)}, group
 
 
-def _wide(performance: pd.DataFrame, benchmarks: Sequence[str], value: str) -> pd.DataFrame:
+def wide(performance: pd.DataFrame, benchmarks: Sequence[str], value: str) -> pd.DataFrame:
     """One row per run with one column per benchmark; a benchmark a run lacks raises naming both."""
     records = []
     for run, group in _by_run(performance):
@@ -285,9 +287,9 @@ def _runs(
     """Per run: the benchmark scores, their repeat sds (``{b}_sd``) and the suite aggregate."""
     performance = performance_frame(inputs.results, evaluations)
     aggregate = SUITE_COLUMNS[suite]
-    sds = _wide(performance, benchmarks, "repeat_sd")
+    sds = wide(performance, benchmarks, "repeat_sd")
     return (
-        _wide(performance, benchmarks, "score")
+        wide(performance, benchmarks, "score")
         .merge(sds, on=list(RUN_KEYS), suffixes=("", "_sd"))
         .merge(aggregate_frame(performance, inputs.config, suite)[[*RUN_KEYS, aggregate]], on=list(RUN_KEYS))
     )
@@ -367,7 +369,7 @@ def table16(inputs: ReportInputs) -> Table:
         CORPUS_KEYS,
         columns,
         rows,
-        labels=_labels(inputs.config, sft="SFT"),
+        labels=display_labels(inputs.config, sft="SFT"),
         bold=dict.fromkeys(columns, "max"),
         block="corpus",
         notes=notes,
@@ -386,7 +388,7 @@ def _single_seed_table(inputs: ReportInputs, conditions: Sequence[str], bold: bo
         CORPUS_KEYS,
         columns,
         rows,
-        labels=_labels(inputs.config, sft="SFT", overall9="Avg"),
+        labels=display_labels(inputs.config, sft="SFT", overall9="Avg"),
         bold=dict.fromkeys(nine, "max") if bold else {},  # per benchmark column, not the Avg
         block="corpus",
         notes=notes,
@@ -408,7 +410,7 @@ def table18(inputs: ReportInputs) -> Table:
         _seed_note(evaluations),
         "Avg is Overall@9, the mean of the nine benchmark columns.",
     )
-    labels = _labels(inputs.config, overall9="Avg")
+    labels = display_labels(inputs.config, overall9="Avg")
     return _table(inputs, CORPUS_KEYS, (*nine, "overall9"), rows, labels=labels, block="corpus", notes=notes)
 
 
