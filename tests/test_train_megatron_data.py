@@ -86,14 +86,17 @@ class FamilyRun:
         write_chat_dataset(self.prompts, self.answers, self.dataset_dir)
         self.work = root / "work"
         objective = Objective.from_condition({"intervention": "none"})
+        (root / "megatron_base").mkdir()  # the import's folder, which validate() asks to exist
         self.cfg = bridge_config(
             self.base, root / "megatron_base", self.dataset_dir, self.work / "checkpoints",
             objective, toy_training(), ROWS, 42, None,
         )  # fmt: skip
 
     def dataset(self, chat_template: str | None):
-        """Bridge's training dataset, its tokenizer rendering with ``chat_template`` (None: the model's)."""
+        """Bridge's training dataset, its tokenizer rendering with ``chat_template`` (None: the model's),
+        from the config as ``finetune()`` has it when it builds the tokenizer: validated."""
         self.cfg.tokenizer.chat_template = chat_template
+        self.cfg.validate()
         (train, _, _) = GPTSFTDatasetBuilder(self.cfg.dataset, build_tokenizer(self.cfg.tokenizer)).build()
         return train
 

@@ -267,10 +267,12 @@ def bridge_config(
     )
     cfg.tokenizer.tokenizer_type = "HuggingFaceTokenizer"
     cfg.tokenizer.tokenizer_model = str(hf_base)
-    # Moonlight's tokenizer is remote code. Bridge loads it with the config's own field: its
-    # ``hf_tokenizer_kwargs`` were copied into the fields once, when the recipe built the config,
-    # and without the flag transformers 5.12.1 converts ``tiktoken.model`` into a fast tokenizer
-    # whose special-token ids are not Moonlight's.
+    # Moonlight's tokenizer is remote code: without the flag transformers 5.12.1 converts
+    # ``tiktoken.model`` into a fast tokenizer whose BPE merges and special-token ids are not
+    # Moonlight's. Bridge loads with the config's field, which ``__post_init__`` sets from
+    # ``hf_tokenizer_kwargs``; ``finetune()``'s ``ConfigContainer.validate()`` runs that again, so
+    # the flag goes in both, or validate() resets it before the tokenizer is built.
+    cfg.tokenizer.hf_tokenizer_kwargs = {**cfg.tokenizer.hf_tokenizer_kwargs, "trust_remote_code": True}
     cfg.tokenizer.trust_remote_code = True
     cfg.checkpoint.pretrained_checkpoint = str(megatron_base)
     cfg.checkpoint.save = str(save_dir)
