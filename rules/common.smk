@@ -140,15 +140,17 @@ def hub_revision(section):
     return lambda wildcards: dag_inputs.hub_revision(config, HUB_LOCK, section, wildcards[wildcard])
 
 
-def hub_option(section, key, flag):
-    """``{flag} VALUE`` for the download of each ``section`` entry whose ``hub`` sets ``key`` (the
-    rehearsal's cut bases and first rows), as a param named ``option``; no param where no entry sets it.
+def hub_option(section, path, flag):
+    """``{flag} VALUE`` for the download of each ``section`` entry that sets the key ``path`` (a key
+    under its ``hub``: the rehearsal's cut bases and first rows), as a param named ``option``; no
+    param where no entry sets it.
 
     At paper scale none does, and a new param, even an empty one, would change every download's
     params and rerun all that follows.
     """
     wildcard = {"datasets": "dataset", "models": "model"}[section]
-    values = {name: entry["hub"][key] for name, entry in config[section].items() if key in entry["hub"]}
+    holder, key = path
+    values = {name: entry[holder][key] for name, entry in config[section].items() if key in entry[holder]}
     if not values:
         return {}
     return {"option": lambda w: f"{flag} {values[w[wildcard]]}" if w[wildcard] in values else ""}

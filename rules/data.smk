@@ -7,7 +7,7 @@ localrules:
 
 
 # Sources read only to their first rows (the rehearsal's) pass --first-rows; the paper's pass nothing.
-FIRST_ROWS = hub_option("datasets", "first_rows", "--first-rows")
+FIRST_ROWS = hub_option("datasets", ("hub", "first_rows"), "--first-rows")
 
 
 rule download_dataset:

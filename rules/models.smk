@@ -7,7 +7,7 @@ localrules:
 
 
 # Bases cut to their first MoE layers (the rehearsal's) pass --moe-layers; the paper's pass nothing.
-MODEL_CUT = hub_option("models", "keep_moe_layers", "--moe-layers")
+MODEL_CUT = hub_option("models", ("hub", "keep_moe_layers"), "--moe-layers")
 
 
 rule download_model:

@@ -4,7 +4,8 @@ A key counts as read where its name is used as a key in the workflow's code (a s
 ``.get``, an ``in`` test, a tuple of key names handed to a slice, or a field of a dataclass
 mirroring its schema object) in the same unit (a top-level statement, a method, a rule) as
 the name of the object holding it, so that ``datasets.*.name`` is not read merely because
-``models.*.name`` is. Module-level constants a unit names count as part of it.
+``models.*.name`` is. Module-level constants a unit names count as part of it, a constant that
+is a key name (``REHEARSAL = "rehearsal"``) as that key.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ANY = "*"  # an id-keyed entry of a section, or an item of a list
 HOLDER_NAMES = {
     "tables": ("entry",),  # report/table.py, provenance/cli.py: one table's or figure's entry
     "figures": ("entry",),
+    "cells": ("cells",),  # registry.cells_closure: the cells of a table, a figure or the rehearsal
     "toy_base": ("pretrain",),  # models/cli.py: --pretrain
     "training": ("training",),  # train/cli.py: --training
     "sandbox": ("sandbox", "limits"),  # evaluate/cli.py: --limits
@@ -134,6 +136,8 @@ def read_code(root: Path) -> Code:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         constants.setdefault(target.id, set()).update(_key_names(node))
+                        # A key held in a constant (``REHEARSAL = "rehearsal"``), read as config[REHEARSAL].
+                        constants[target.id].update(_strings(node.value) if node.value else ())
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and _is_dataclass(node):
                 fields = {
