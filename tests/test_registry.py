@@ -452,3 +452,19 @@ def test_dry_run_refuses_a_bad_overlay_before_any_job(tmp_path, edit, message):
     assert done.returncode != 0
     assert re.search(message, done.stderr + done.stdout), done.stderr[-2000:]
     assert "rule " not in done.stdout  # refused before any job was planned
+
+
+def test_optional_cells_are_built_only_where_included():
+    """The claims' expert-bias sensitivity: in the toy run, at paper scale only where its overlay opts in."""
+    frozen = {"sft_frozen_bias", "lbl_frozen_bias", "router_l2_frozen_bias"}
+
+    def trained(files: list) -> set[str]:
+        config = registry.load_config([ROOT / name for name in files])
+        return {t.condition for t in closure(config, "claims").trainings}
+
+    paper = [registry.CONFIG_FILE]
+    assert not frozen & trained(paper)
+    assert frozen <= trained([*paper, "profiles/sensitivity/expert_bias.yaml"])
+    assert frozen <= trained([*paper, registry.TOY_OVERLAY])
+    unnamed = registry.load_config([ROOT / registry.CONFIG_FILE], {"include_optional": ["other"]})
+    assert not frozen & {t.condition for t in closure(unnamed, "claims").trainings}

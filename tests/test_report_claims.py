@@ -96,12 +96,12 @@ CLAIMS_CELLS = yaml.safe_load(
   conditions: [sft_frozen_bias, lbl_frozen_bias, router_l2_frozen_bias]
   eval_seeds: [42, 43, 44]
   probe_seeds: [42, 43, 44]
-  scales: [toy]
+  optional: expert_bias_sensitivity
 - models: [moonlight]
   corpora: [math20k, coding20k]
   conditions: [kl_base_frozen_bias, logit_l2_frozen_bias]
   eval_seeds: [42, 43, 44]
-  scales: [toy]
+  optional: expert_bias_sensitivity
 """
 )
 FROZEN_CELLS = CLAIMS_CELLS[-2:]
@@ -114,7 +114,7 @@ def _config(toy: bool, cells: bool = True) -> dict:
     if cells:
         config["tables"]["claims"]["cells"] = copy.deepcopy(CLAIMS_CELLS)
         validate_config(config, str(SCHEMA))
-        registry.drop_cells_of_other_scales(config)
+        registry.drop_cells_not_built(config)
     return config
 
 
@@ -979,7 +979,9 @@ def test_a_toy_dry_run_of_the_claims_trains_and_probes_what_they_compare(tmp_pat
     runs = {rule: set() for rule in ("train_local", "retention")}
     for rule, w in jobs:
         if rule in runs:
-            runs[rule].add((w["model"], w["corpus"], w["condition"], int(w["seed"])))
+            # retention names its run {condition}/s{seed} in one wildcard (layout.run_name)
+            condition, seed = w["run"].split("/s") if "run" in w else (w["condition"], w["seed"])
+            runs[rule].add((w["model"], w["corpus"], condition, int(seed)))
     needed = needed_cells(TESTED)
     config = registry.load_config([*registry.shipped_config_files(ROOT, True, claims=True), str(overlay)])
     gate_sft = {(e.model, e.corpus, e.condition, e.seed) for e in gates.gate_runs(config).sft}

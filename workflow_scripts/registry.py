@@ -435,18 +435,23 @@ def load_config(
     merge_config(config, overrides or {})
     validate_config(config, str(schema))
     cap_seeds(config)
-    drop_cells_of_other_scales(config)
+    drop_cells_not_built(config)
     add_own_table(config)
     return config
 
 
-def drop_cells_of_other_scales(config: dict[str, Any]) -> None:
-    """Remove the cell groups whose ``scales`` leave out ``config["scale"]``: nothing downstream sees them."""
+def drop_cells_not_built(config: dict[str, Any]) -> None:
+    """Remove the cell groups this run does not build: those whose ``scales`` leave out
+    ``config["scale"]``, and the optional ones ``include_optional`` does not name. Nothing
+    downstream sees them."""
+    built = {None, *config.get("include_optional", [])}  # None: a cell group that is not optional
+
+    def kept(cell: Mapping[str, Any]) -> bool:
+        return config["scale"] in cell.get("scales", (config["scale"],)) and cell.get("optional") in built
+
     for section in ("tables", "figures"):
         for entry in config[section].values():
-            entry["cells"] = [
-                cell for cell in entry["cells"] if config["scale"] in cell.get("scales", (config["scale"],))
-            ]
+            entry["cells"] = [cell for cell in entry["cells"] if kept(cell)]
 
 
 def shipped_config_files(root: str | Path, toy: bool, claims: bool = False) -> list[Path]:
