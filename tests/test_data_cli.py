@@ -199,6 +199,7 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         gated=False,
         out=str(out),
         manifest=str(manifest),
+        first_rows=None,
     )
     run_download(args)
     record = json.loads(manifest.read_text())
@@ -206,6 +207,31 @@ def test_download_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert record["revision_resolved"] == sha and record["format"] == "openr1"
     assert record["rows"] == 3 and record["repo"] == "org/data" and len(record["parquet_sha256"]) == 64
     assert pq.read_table(out).num_rows == 3
+
+
+@pytest.mark.slow
+def test_download_reads_only_the_first_rows_of_a_json_lines_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--first-rows (the rehearsal's): the first rows of GLM-5.1's JSON Lines, in order, columns declared,
+    read by the real ``datasets`` from a folder in the hub repository's layout."""
+    from workflow_scripts.cli import main
+
+    rows = toy.generate("glm_sharegpt", "Math", 40, seed=0, bad_fraction=0.1).to_pylist()
+    folder = tmp_path / "org" / "glm"
+    folder.mkdir(parents=True)
+    (folder / "Math.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    card = "configs:\n- config_name: Math\n  data_files:\n  - split: train\n    path: Math.jsonl\n"
+    (folder / "README.md").write_text(f"---\n{card}---\n")
+    monkeypatch.chdir(tmp_path)
+    out, manifest = tmp_path / "Math.parquet", tmp_path / "Math.manifest.json"
+    argv = ["data", "download", "--format", "glm_sharegpt", "--repo", "org/glm", "--revision", "a" * 40]
+    argv += ["--subset", "Math", "--out", str(out), "--manifest", str(manifest), "--first-rows", "7"]
+    assert main(argv) == 0
+    kept = pq.read_table(out).to_pylist()
+    assert [row["conversations"] for row in kept] == [row["conversations"] for row in rows[:7]]
+    assert json.loads(manifest.read_text())["first_rows"] == 7
+    assert main([*argv[:-1], "0"]) == 2  # no rows is a user error
 
 
 def test_download_without_datasets_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
