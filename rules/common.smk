@@ -81,13 +81,14 @@ OUTPUTS = registry.outputs(config)
 TRAINING_BACKEND = config["training"]["backend"]
 PARALLELISM = config["training"]["parallelism"]
 # The SLURM request of one Megatron run (training and its launch check share it), covering all
-# nodes of training.parallelism with one task per node; srun starts one torchrun on each.
+# nodes of training.parallelism with one task per node; srun starts one torchrun on each. No `mpi`
+# resource: the executor plugin refuses an MPI job of one task, which a one-node run (the
+# rehearsal's) is, and sets --ntasks from `tasks` either way.
 MEGATRON_ALLOCATION = dict(
     nodes=PARALLELISM["nodes"],
     tasks=PARALLELISM["nodes"],
     gres=f"gpu:{PARALLELISM['gpus_per_node']}",
     tasks_per_gpu=0,
-    mpi="srun",
     slurm_extra="--ntasks-per-node=1 --exclusive",
 )
 # The Megatron rules run in an apptainer image (training.container) or, without one, in their conda env.

@@ -138,7 +138,7 @@ rule train_megatron:
         *MEGATRON_MODULES,
     shell:
         "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
-        " --launcher {resources.mpi}{params.image} -- train megatron {params.run} --moe-layers {params.moe_layers}"
+        " --launcher srun{params.image} -- train megatron {params.run} --moe-layers {params.moe_layers}"
         " --out {output.megatron:q} --record {output.record:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
@@ -162,7 +162,7 @@ rule megatron_launch_check:
         *MEGATRON_MODULES,
     shell:
         "python -m workflow_scripts train megatron-launch --nodes {params.nodes} --gpus-per-node {params.gpus}"
-        " --launcher {resources.mpi}{params.image} -- train megatron-rendezvous --out {output.report:q} > {log:q} 2>&1"
+        " --launcher srun{params.image} -- train megatron-rendezvous --out {output.report:q} > {log:q} 2>&1"
 
 
 rule export_megatron:

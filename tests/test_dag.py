@@ -202,7 +202,9 @@ def test_paper_training_job_requests_the_configured_nodes_and_launches_one_torch
     parallelism = config["training"]["parallelism"]
     resources, command = printed_job("results/megatron/trained/moonlight/math20k/rpb/s42", "train_megatron")
     assert f"nodes={parallelism['nodes']}" in resources and f"tasks={parallelism['nodes']}" in resources
-    assert f"gres=gpu:{parallelism['gpus_per_node']}" in resources and "mpi=srun" in resources
+    # No mpi resource: the SLURM plugin refuses an MPI job of one task (a one-node run); tasks sets --ntasks.
+    assert f"gres=gpu:{parallelism['gpus_per_node']}" in resources and "mpi=" not in resources
+    assert "--launcher srun" in command
     assert "tasks_per_gpu=0" in resources and "--ntasks-per-node=1" in resources
     assert (
         f"megatron-launch --nodes {parallelism['nodes']} --gpus-per-node {parallelism['gpus_per_node']}"

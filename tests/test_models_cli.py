@@ -128,7 +128,9 @@ def test_model_download_fetches_the_commit_and_records_its_remote_code(tmp_path,
         tmp_path / "models" / "moonlight" / "base.json",
     )
     run_download(
-        types.SimpleNamespace(repo="org/model", revision=hub.sha, out=str(out), manifest=str(manifest))
+        types.SimpleNamespace(
+            repo="org/model", revision=hub.sha, out=str(out), manifest=str(manifest), moe_layers=None
+        )
     )
     assert calls == {"info": ("org/model", hub.sha), "snapshot": ("org/model", hub.sha)}
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "modeling_x.py"]
@@ -148,7 +150,7 @@ def test_a_model_whose_auto_map_imports_another_repository_is_refused(tmp_path, 
     monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     out = tmp_path / "models" / "moonlight" / "base"
     args = types.SimpleNamespace(
-        repo="org/model", revision=hub.sha, out=str(out), manifest=str(tmp_path / "m")
+        repo="org/model", revision=hub.sha, out=str(out), manifest=str(tmp_path / "m"), moe_layers=None
     )
     with pytest.raises(UserInputError, match=r"config.json: AutoModel -> other/code--modeling_x.XModel"):
         run_download(args)
@@ -163,6 +165,8 @@ def test_a_failed_model_download_leaves_no_checkpoint(tmp_path, monkeypatch):
     out = tmp_path / "models" / "moonlight" / "base"
     with pytest.raises(OSError, match="connection reset"):
         run_download(
-            types.SimpleNamespace(repo="org/model", revision=hub.sha, out=str(out), manifest="m.json")
+            types.SimpleNamespace(
+                repo="org/model", revision=hub.sha, out=str(out), manifest="m.json", moe_layers=None
+            )
         )
     assert list(out.parent.iterdir()) == []
