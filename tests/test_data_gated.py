@@ -48,6 +48,7 @@ def download_args(tmp_path: Path, gated: bool) -> types.SimpleNamespace:
         out=str(tmp_path / "gpqa_diamond.parquet"),
         manifest=str(tmp_path / "gpqa_diamond.manifest.json"),
         gated=gated,
+        first_rows=None,
     )
 
 

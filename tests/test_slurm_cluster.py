@@ -24,7 +24,6 @@ run that starts again reruns no job for it.
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import re
@@ -34,7 +33,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,7 +49,19 @@ from tests.dag import (
 )
 from tests.dag import snakemake as run_snakemake
 from tests.hub_server import TOKEN, HubServer, pinned_overlay, repos_of_config
+from tests.slurm_ci import (
+    PROFILE,
+    Cluster,
+    Run,
+    ci_blocks,
+    command,
+    running_cluster,
+    sacct,
+    snakemake,
+    write_ci_profile,
+)
 from workflow_scripts.train.megatron import ownership
+from workflow_scripts.train.megatron.launch import rendezvous_port
 
 pytestmark = pytest.mark.slurm
 
@@ -77,8 +87,6 @@ ONE_CORPUS = {
 TARGET = f"results/tables/{TABLE}.csv"
 LAUNCH_CHECK = "results/megatron/launch_check.txt"
 PAPER_PROFILE = Path("profiles/slurm/config.yaml")
-# The profile as users name it, from the repository root, where the checkout has that link.
-PROFILE = "slurm" if (ROOT / "slurm").exists() else "profiles/slurm"
 # What only a one-machine CI cluster needs. No conda here, and env-modules would load the stage
 # venvs of tests/run_environments.sh; no rule of these targets names a container (training.container
 # is null), so apptainer deploys nothing and jobs run in this interpreter's environment (PATH).
@@ -95,59 +103,6 @@ STAND_IN = Path("tests/cluster/bin")
 # Provenance fields that describe the run rather than the result: a SLURM and a local run differ there.
 RUN_FIELDS = ("started_utc", "wall_seconds", "slurm_job_id")
 TIMEOUT = 1800
-JOB_FIELDS = (
-    "JobID",
-    "State",
-    "ExitCode",
-    "Account",
-    "Partition",
-    "Timelimit",
-    "ReqTRES",
-    "AllocTRES",
-    "Comment",
-)
-
-
-def command(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"{shlex.join(args)}: {done.stderr.strip()} (is tests/cluster/slurm.sh up?)"
-    return done.stdout
-
-
-@dataclass(frozen=True)
-class Cluster:
-    account: str
-    partition: str
-
-
-@dataclass(frozen=True)
-class Run:
-    workdir: Path
-    seconds: float
-    output: str  # Snakemake's stdout and stderr
-    started: str  # local time before the run, for sacct --starttime
-
-    def job_counts(self) -> Counter[str]:
-        """Jobs per rule from Snakemake's first "Job stats" table (what it planned to run)."""
-        table = self.output.split("Job stats:", 1)[1].split("\ntotal", 1)[0]
-        rows = (line.split() for line in table.splitlines()[3:])
-        return Counter({row[0]: int(row[1]) for row in rows if len(row) == 2})
-
-    def run_id(self) -> str:
-        return re.search(r"SLURM run ID: (\S+)", self.output).group(1)
-
-
-def snakemake(workdir: Path, *args: str, env: dict[str, str] = JOB_ENV) -> Run:
-    started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    begin = time.monotonic()
-    done = run_snakemake(workdir, *args, env=env, timeout=TIMEOUT, stderr_into_stdout=True)
-    assert done.returncode == 0, done.stdout[-6000:]
-    return Run(workdir, time.monotonic() - begin, done.stdout, started)
-
-
-def sacct(*args: str, fields: tuple[str, ...]) -> list[dict[str, str]]:
-    lines = command("sacct", "--parsable2", "--noheader", "--format", ",".join(fields), *args).splitlines()
-    return [dict(zip(fields, line.split("|", len(fields) - 1), strict=True)) for line in lines if line]
 
 
 def tres(text: str) -> dict[str, float]:
@@ -174,15 +129,7 @@ def requested(profile: dict, rule: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster() -> Cluster:
-    """The running test cluster's account (this user's default) and default partition."""
-    user = getpass.getuser()
-    account = command("sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount").strip()
-    partitions = command("sinfo", "-h", "-o", "%P").split()
-    default = [name.rstrip("*") for name in partitions if name.endswith("*")]
-    assert account and default, (
-        f"no account for {user} or no default partition: bring up tests/cluster/slurm.sh"
-    )
-    return Cluster(account, default[0])
+    return running_cluster()
 
 
 @pytest.fixture(scope="module")
@@ -200,33 +147,10 @@ def paper(snapshot) -> dict:
     return yaml.safe_load((snapshot / PAPER_PROFILE).read_text())
 
 
-def filled(value, values: dict):
-    """A profile block with its placeholders (``your_account``, ``your_partition``, ...) replaced."""
-    if isinstance(value, dict):
-        return {key: filled(item, values) for key, item in value.items()}
-    return values.get(value, value) if isinstance(value, str) else value
-
-
-def ci_blocks(paper: dict, cluster: Cluster) -> dict:
-    """The paper profile's resource blocks at the CI cluster: its account, its partition for every rule."""
-    values = {
-        "your_account": cluster.account,
-        "your_partition": cluster.partition,
-        "your_cpu_partition": cluster.partition,
-    }
-    return {
-        block: filled(paper[block], values)
-        for block in ("default-resources", "set-resources")
-        if block in paper
-    }
-
-
 @pytest.fixture(scope="module")
 def ci_profile(cluster, paper, tmp_path_factory) -> Path:
     """The second profile: the paper profile's resource blocks with the CI account and partition."""
-    folder = tmp_path_factory.mktemp("ci_profile")
-    (folder / "config.yaml").write_text(yaml.safe_dump(ci_blocks(paper, cluster), sort_keys=False))
-    return folder
+    return write_ci_profile(tmp_path_factory.mktemp("ci_profile"), paper, cluster)
 
 
 @pytest.fixture(scope="module")
@@ -245,12 +169,7 @@ def local_run(snapshot, slurm_run, tmp_path_factory) -> Run:
 
 @pytest.fixture(scope="module")
 def slurm_jobs(slurm_run) -> list[dict[str, str]]:
-    window = ["--name", slurm_run.run_id(), "--starttime", slurm_run.started]
-    jobs = sacct("--allocations", *window, fields=JOB_FIELDS)
-    for job in jobs:
-        # The plugin's comment: rule_<rule> or rule_<rule>_wildcards_<values>.
-        job["rule"] = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
-    return jobs
+    return slurm_run.jobs()
 
 
 def test_every_job_ran_under_slurm_with_its_rules_profile_request(slurm_run, slurm_jobs, cluster, paper):
@@ -378,7 +297,8 @@ def test_launch_check_spans_two_nodes_with_one_torchrun_each(
     hosts = command("scontrol", "show", "hostnames", job["NodeList"]).split()
     head = hosts[0]
     launch = (run.workdir / "logs/megatron/launch_check.log").read_text()
-    assert f"--rdzv-endpoint={head}:29500 --rdzv-id={job['JobID']} " in launch, launch
+    port = rendezvous_port(job["JobID"])
+    assert f"--rdzv-endpoint={head}:{port} --rdzv-id={job['JobID']} " in launch, launch
     assert f"--cpus-per-task={cpus} --gres=gpu:2 " in launch, launch
     # The report: every rank with its node rank, local rank and container, one node rank on each node.
     lines = (run.workdir / LAUNCH_CHECK).read_text().splitlines()

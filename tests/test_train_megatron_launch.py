@@ -69,7 +69,7 @@ def test_launch_in_a_job_gives_the_step_the_allocations_cpus_gpus_and_image(tmp_
         "--nnodes=2",
         "--nproc-per-node=8",
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=n1:29500",
+        "--rdzv-endpoint=n1:29507",  # 29500 + job 7: jobs sharing a head node listen on their own ports
         "--rdzv-id=7",
         "-m",
         "workflow_scripts",

@@ -309,8 +309,13 @@ def register(stages: argparse._SubParsersAction) -> None:
     )
     launch.add_argument("--nodes", required=True, type=int, help="nodes of the run (training.parallelism)")
     launch.add_argument("--gpus-per-node", required=True, type=int, help="processes per node, one per GPU")
-    launch.add_argument("--launcher", default="srun", help="the launcher that starts one task per node (srun)")
-    launch.add_argument("--port", type=int, default=29500, help="rendezvous port on the head node")
+    launch.add_argument("--launcher", default="srun", help="starts one task per node (srun)")
+    launch.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="rendezvous port on the head node (default: 29500 plus the SLURM job id modulo 2000)",
+    )
     launch.add_argument(
         "--container",
         help="apptainer image the ranks run in (config training.container); srun stays outside it",

@@ -54,13 +54,24 @@ def container_prefix(image: str | None) -> list[str]:
     return ["apptainer", "exec", "--nv", image] if image else []
 
 
+#: Rendezvous ports: the first, and how many job ids spread over (all below Linux's ephemeral range).
+RENDEZVOUS_PORT, RENDEZVOUS_PORTS = 29500, 2000
+
+
+def rendezvous_port(job_id: str) -> int:
+    """The c10d rendezvous port of a SLURM job on its head node, one per job id: two runs whose
+    allocations share a node (a site without exclusive nodes, the CI's one-machine cluster) would
+    otherwise both listen on one port, and the second would fail to start."""
+    return RENDEZVOUS_PORT + int(job_id) % RENDEZVOUS_PORTS
+
+
 def torchrun_command(
     nodes: int,
     gpus_per_node: int,
     entry: Sequence[str],
     launcher: str = "srun",
     head: str | None = None,
-    port: int = 29500,
+    port: int = RENDEZVOUS_PORT,
     job_id: str | None = None,
     cpus: int | None = None,
     image: str | None = None,
@@ -130,8 +141,9 @@ def run_launch(args: argparse.Namespace) -> None:
     job_id = os.environ.get("SLURM_JOB_ID")
     head = head_node(job_id) if job_id else None
     cpus = cpus_per_task(job_id) if job_id else None
+    port = args.port if args.port is not None else rendezvous_port(job_id) if job_id else RENDEZVOUS_PORT
     command = torchrun_command(
-        args.nodes, args.gpus_per_node, entry, args.launcher, head, args.port, job_id, cpus, args.container
+        args.nodes, args.gpus_per_node, entry, args.launcher, head, port, job_id, cpus, args.container
     )
     print("launching:", shlex.join(command), file=sys.stderr, flush=True)
     status = subprocess.run(command).returncode
