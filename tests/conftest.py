@@ -70,10 +70,12 @@ def toy_run(tmp_path_factory) -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip ``slurm`` tests unless ``-m`` names them: they need the test cluster and take minutes."""
-    if "slurm" in (config.option.markexpr or ""):
-        return
+    """Skip ``slurm`` and ``rehearsal`` tests unless ``-m`` names them: they need the test cluster
+    and take minutes."""
     skip = pytest.mark.skip(reason="needs the test SLURM cluster: bash tests/run_slurm.sh")
-    for item in items:
-        if item.get_closest_marker("slurm"):
-            item.add_marker(skip)
+    for marker in ("slurm", "rehearsal"):
+        if marker in (config.option.markexpr or ""):
+            continue
+        for item in items:
+            if item.get_closest_marker(marker):
+                item.add_marker(skip)
