@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Every test, from a fresh checkout: the project's .venv (the README's set-up), whether the
 # Megatron conda env's pins install on its platform, the unit and toy-pipeline tests, then the
-# four scripts that run what otherwise runs only on a cluster (docs/cluster-path.md), the SLURM
-# one with the rehearsal, which needs every stage's environment. Building an
+# four scripts that run what otherwise runs only on a cluster (docs/cluster-path.md). Building an
 # environment is mostly downloading and unpacking wheels, so the Megatron one is built beside the
 # main suite and the stage ones beside the vLLM tests, which are mostly computing; their logs are
 # logs/megatron-env.log and logs/stage-envs.log.
@@ -28,13 +27,12 @@ megatron_env=$!
 python -m pytest -q
 finish "$megatron_env" logs/megatron-env.log
 bash tests/run_megatron_cpu.sh
-# The stage environments beside the vLLM tests. The SLURM tests' rehearsal runs every stage in its
-# environment, so all of them are on disk until it is done (about 17 GB with .venv); then the
-# Megatron environment goes, and the environment tests discard the others.
+# The stage environments beside the vLLM tests: the Megatron environment is gone by then, and the
+# eval environment and these (about 8 GB together) are on disk together for the environment tests
+# in any case.
 bash tests/build_stage_envs.sh > logs/stage-envs.log 2>&1 &
 stage_envs=$!
 bash tests/run_vllm_cpu.sh
 finish "$stage_envs" logs/stage-envs.log
-bash tests/run_slurm.sh
-if [ "${RPB_DISCARD_TEST_ENVS:-0}" = 1 ]; then rm -rf .venv-megatron; fi
 bash tests/run_environments.sh
+bash tests/run_slurm.sh

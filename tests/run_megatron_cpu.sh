@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/build_megatron_env.sh
+. tests/disk.sh
+discard_when_done .venv-megatron
 local_layer=.venv-megatron/local-transformers
 # Imports checked first: a test module that cannot import is skipped, which would hide a broken
 # environment behind "1 skipped".
@@ -21,6 +23,7 @@ done
 # The product's training entry under torchrun at world size 4 (Bridge's finetune(), Megatron's
 # distributed optimizer, optimizer.step()): every condition kind, Router-L2's anchor and resume.
 .venv-megatron/bin/python -m pytest -q -m megatron_world tests/test_megatron_world.py
-# The Megatron rules end to end (import, chat dataset, claim, finetune(), export) run in the
-# rehearsal through SLURM (tests/run_slurm.sh). The GPU check's whole run on CPU (about 10 minutes,
-# three trainings) is left to developers: .venv/bin/python -m pytest -m megatron_table tests/test_gpu_check.py
+# A toy table through the Megatron rules on CPU (tests/finetune_cpu.py): Snakemake and the other
+# stages in the project's .venv, the Megatron jobs in .venv-megatron. The GPU check's whole run on
+# CPU (about 10 minutes, three trainings) is left to developers: .venv/bin/python -m pytest -m megatron_table tests/test_gpu_check.py
+.venv/bin/python -m pytest -q -m megatron_table tests/test_megatron_toy_table.py

@@ -13,7 +13,7 @@ What differs from a cluster's rehearsal is what a CPU needs (CPU_OVERLAY): the s
 (for the plan too, whose disk estimate preflight checks), one training process
 (tests/megatron_cpu_shim's adaptations on the Megatron jobs' PYTHONPATH), vLLM's CPU engine, and
 the toy's scoring, whose generated rows the paper's length bands would rank by task.
-Run by tests/run_slurm.sh after the Megatron and vLLM environments are built (tests/run_all.sh).
+Run by ``RPB_REHEARSAL=1 tests/run_slurm.sh``, which builds the environments it lacks.
 """
 
 from __future__ import annotations
