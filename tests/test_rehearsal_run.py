@@ -114,11 +114,19 @@ def merged(*parts: dict) -> dict:
     return config
 
 
+#: ``RPB_VENVS`` of the run: links in the repository's ignored ``.venvs``, not under /tmp, which the
+#: scoring sandbox replaces by an empty directory (an interpreter reached through it could not start).
+STAGE_LINKS = ROOT / ".venvs" / "rehearsal-links"
+
+
 def stage_venvs(folder: Path) -> Path:
     """``RPB_VENVS`` for envs/modules: a link per stage to its environment."""
     folder.mkdir(parents=True, exist_ok=True)
     for stage, env in STAGE_ENVS.items():
-        (folder / stage).symlink_to(env)
+        link = folder / stage
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(env)
     return folder
 
 
@@ -147,7 +155,7 @@ def rehearsal(tmp_path_factory) -> Run:
             # Every job's bash defines `module` (Environment Modules) and finds the stage modules.
             "BASH_ENV": str(MODULES_INIT),
             "MODULEPATH": str(work / "envs" / "modules"),
-            "RPB_VENVS": str(stage_venvs(root / "venvs")),
+            "RPB_VENVS": str(stage_venvs(STAGE_LINKS)),
             "PYTHONPATH": str(SHIM),
         }
         return snakemake(work, *(arg.format(site=site) for arg in REHEARSAL), env=env, timeout=3000)
