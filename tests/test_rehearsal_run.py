@@ -85,6 +85,8 @@ CPU_OVERLAY = {
         "sandbox": TOY["evaluation"]["sandbox"],
     },
 }
+#: The run's config files, in order: what the audit compares the records with.
+FILES = (registry.CONFIG_FILE, registry.REHEARSAL_OVERLAY, "ci_overlay.yaml")
 REHEARSAL = [
     *("--profile", PROFILE, "--profile", "{site}", "--profile", "profiles/rehearsal"),
     *("--configfiles", registry.REHEARSAL_OVERLAY, "ci_overlay.yaml"),
@@ -176,8 +178,7 @@ def test_the_rehearsal_runs_its_default_target_through_slurm(rehearsal):
 
 
 def test_the_preempted_trainings_failed_once_and_resumed_in_their_retry(rehearsal):
-    files = [registry.CONFIG_FILE, registry.REHEARSAL_OVERLAY, "ci_overlay.yaml"]
-    config = registry.load_config([rehearsal.workdir / name for name in files])
+    config = registry.load_config([rehearsal.workdir / name for name in FILES])
     preempted = config["training"]["preempt"]["conditions"]
     jobs = [job for job in rehearsal.jobs() if job["rule"] == "train_megatron"]
     states = Counter(job["State"] for job in jobs)
@@ -204,7 +205,8 @@ def test_the_evaluated_run_is_scored_and_the_outputs_audit_clean(rehearsal):
     assert json.loads(summary.read_text())
     for output in ("figure2", "table13"):
         done = subprocess.run(
-            [sys.executable, "-m", "workflow_scripts", "provenance", "audit", output],
+            [sys.executable, "-m", "workflow_scripts", "provenance", "audit", output,
+             "--config-files", *FILES],
             cwd=rehearsal.workdir, env=JOB_ENV, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
