@@ -153,6 +153,19 @@ def build_toy_run(workdir: Path) -> Path:
     return workdir
 
 
+def link_stage_envs(folder: Path, envs: dict[str, Path]) -> Path:
+    """``RPB_VENVS`` for envs/modules in ``folder``: a link per stage to its environment, kept outside
+    /tmp by the callers (the scoring sandbox empties /tmp, and an interpreter reached through it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stage, env in envs.items():
+        link = folder / stage
+        if link.is_symlink() and link.resolve() != env.resolve():
+            link.unlink()
+        if not link.is_symlink():
+            link.symlink_to(env)
+    return folder
+
+
 def copy_workdir(source: Path, destination: Path) -> Path:
     """A copy of a working directory made by ``copy_checkout`` (a snapshot, or a finished run with
     its results and Snakemake's metadata), links kept as links."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dag import ROOT, SHORT_BASE, copy_checkout, with_overlay
+from tests.dag import ROOT, SHORT_BASE, copy_checkout, link_stage_envs, with_overlay
 
 pytestmark = pytest.mark.megatron_table
 
@@ -72,22 +72,6 @@ def _missing() -> str:
     return ""
 
 
-def stage_venvs(folder: Path) -> Path:
-    """``RPB_VENVS`` for ``envs/modules``: the Megatron stage in ``.venv-megatron``, others in this env."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for stage in ("data", "train", "eval", "analysis"):
-        _link(folder / stage, LOCAL_ENV)
-    _link(folder / "megatron", MEGATRON_ENV)
-    return folder
-
-
-def _link(link: Path, target: Path) -> None:
-    if link.is_symlink() and link.resolve() != target.resolve():
-        link.unlink()
-    if not link.is_symlink():
-        link.symlink_to(target)
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -120,7 +104,8 @@ def build(work: Path, overlay: dict, venvs: Path) -> subprocess.CompletedProcess
 def test_table8_moonlight_cell_through_the_megatron_rules(tmp_path, request):
     if "megatron_table" not in (request.config.option.markexpr or ""):
         pytest.skip("about 4 minutes: run with -m megatron_table (tests/run_megatron_cpu.sh does)")
-    venvs = stage_venvs(STAGE_VENVS)
+    stages = {stage: LOCAL_ENV for stage in ("data", "train", "eval", "analysis")}
+    venvs = link_stage_envs(STAGE_VENVS, {**stages, "megatron": MEGATRON_ENV})
     megatron = {**OVERLAY, "training": {"backend": "megatron", "parallelism": ONE_PROCESS}}
     done = build(tmp_path / "megatron", megatron, venvs)
     assert done.returncode == 0, done.stderr[-6000:]

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dag import JOB_ENV, ROOT, copy_checkout, dry_run
+from tests.dag import JOB_ENV, ROOT, copy_checkout, dry_run, link_stage_envs
 from tests.hub_server import TOKEN, HubServer, pinned_overlay, repos_of_config
 from tests.rehearsal_sources import ARCHITECTURES, SPECS, build_base, served_models, write_sources
 from tests.slurm_ci import PROFILE, Run, running_cluster, snakemake, write_ci_profile
@@ -121,17 +121,6 @@ def merged(*parts: dict) -> dict:
 STAGE_LINKS = ROOT / ".venvs" / "rehearsal-links"
 
 
-def stage_venvs(folder: Path) -> Path:
-    """``RPB_VENVS`` for envs/modules: a link per stage to its environment."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for stage, env in STAGE_ENVS.items():
-        link = folder / stage
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(env)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory) -> Run:
     missing = _missing()
@@ -157,7 +146,7 @@ def rehearsal(tmp_path_factory) -> Run:
             # Every job's bash defines `module` (Environment Modules) and finds the stage modules.
             "BASH_ENV": str(MODULES_INIT),
             "MODULEPATH": str(work / "envs" / "modules"),
-            "RPB_VENVS": str(stage_venvs(STAGE_LINKS)),
+            "RPB_VENVS": str(link_stage_envs(STAGE_LINKS, STAGE_ENVS)),
             "PYTHONPATH": str(SHIM),
         }
         return snakemake(work, *(arg.format(site=site) for arg in REHEARSAL), env=env, timeout=3000)
