@@ -207,8 +207,8 @@ def test_status_of_a_real_run(toy_table, tmp_path):
     path = f"{stub}{os.pathsep}{path_without_slurm(tmp_path / 'bin')}"
     report = json.loads(status(toy_table, "--json", path=path).stdout)
     outputs = {entry["output_id"]: entry for entry in report["outputs"]}
-    configfiles = yaml.safe_load((toy_table / PROFILE / "config.yaml").read_text())["configfiles"]
-    known = registry.outputs(registry.load_config([toy_table / "config.yaml", *(toy_table / f for f in configfiles)]))
+    overlays = yaml.safe_load((toy_table / PROFILE / "config.yaml").read_text())["configfiles"]
+    known = registry.outputs(registry.load_config([toy_table / name for name in ["config.yaml", *overlays]]))
     assert set(outputs) == set(known)
     assert outputs["table13"]["state"] == "complete" and not outputs["table13"]["jobs"]
 
