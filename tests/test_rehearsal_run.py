@@ -32,7 +32,7 @@ import yaml
 from tests.dag import JOB_ENV, ROOT, copy_checkout, dry_run, link_stage_envs
 from tests.hub_server import TOKEN, HubServer, pinned_overlay, repos_of_config
 from tests.rehearsal_sources import ARCHITECTURES, SPECS, build_base, served_models, write_sources
-from tests.slurm_ci import PROFILE, Run, running_cluster, snakemake, write_ci_profile
+from tests.slurm_ci import JOB_FIELDS, PROFILE, Run, running_cluster, snakemake, write_ci_profile
 from workflow_scripts import registry
 
 pytestmark = pytest.mark.rehearsal
@@ -152,11 +152,21 @@ def rehearsal(tmp_path_factory) -> Run:
         return snakemake(work, *(arg.format(site=site) for arg in REHEARSAL), env=env, timeout=3000)
 
 
+def _seconds_by_rule(jobs: list[dict[str, str]]) -> str:
+    """Each rule's SLURM jobs, their summed and longest run time: where the rehearsal's time went."""
+    seconds: dict[str, list[int]] = {}
+    for job in jobs:
+        seconds.setdefault(job["rule"], []).append(int(job["ElapsedRaw"]))
+    ranked = sorted(seconds.items(), key=lambda item: -sum(item[1]))
+    return "\n".join(f"  {rule:24} {len(s):3} jobs {sum(s):6} s (longest {max(s)} s)" for rule, s in ranked)
+
+
 def test_the_rehearsal_runs_its_default_target_through_slurm(rehearsal):
     planned = rehearsal.job_counts()
-    jobs = rehearsal.jobs()
+    jobs = rehearsal.jobs((*JOB_FIELDS, "ElapsedRaw"))
     counts = dict(sorted(planned.items()))
     print(f"\nrehearsal: {sum(planned.values())} jobs in {rehearsal.seconds:.0f} s: {counts}")
+    print(f"SLURM jobs' run time by rule:\n{_seconds_by_rule(jobs)}")
     wanted = Counter(rule for rule, _ in dry_run(["--profile", "profiles/rehearsal"], cwd=ROOT))
     assert set(planned) == set(wanted)
     completed = Counter(job["rule"] for job in jobs if job["State"] == "COMPLETED")
