@@ -81,15 +81,18 @@ OUTPUTS = registry.outputs(config)
 TRAINING_BACKEND = config["training"]["backend"]
 PARALLELISM = config["training"]["parallelism"]
 # The SLURM request of one Megatron run (training and its launch check share it), covering all
-# nodes of training.parallelism with one task per node; srun starts one torchrun on each. No `mpi`
-# resource: the executor plugin refuses an MPI job of one task, which a one-node run (the
-# rehearsal's) is, and sets --ntasks from `tasks` either way.
+# nodes of training.parallelism with one task per node. Several nodes: an MPI job, which the
+# executor leaves unwrapped, so the launch's own srun starts one torchrun per node (a step inside
+# the plugin's one-task step would get one node: "Only allocated 1 nodes asked for 2"). One node:
+# the plugin refuses an MPI job of one task and runs the job in its own step with the job's CPUs
+# and GPUs, where the launch starts torchrun standalone (train/megatron/launch.py).
 MEGATRON_ALLOCATION = dict(
     nodes=PARALLELISM["nodes"],
     tasks=PARALLELISM["nodes"],
     gres=f"gpu:{PARALLELISM['gpus_per_node']}",
     tasks_per_gpu=0,
     slurm_extra="--ntasks-per-node=1 --exclusive",
+    **({"mpi": "srun"} if PARALLELISM["nodes"] > 1 else {}),
 )
 # The Megatron rules run in an apptainer image (training.container) or, without one, in their conda env.
 MEGATRON_CONTAINER = config["training"]["container"]

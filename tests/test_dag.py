@@ -197,13 +197,23 @@ def test_paper_scale_all_trains_every_cell_on_megatron_with_the_allocation_of_th
     assert wildcard_values(paper_all, "provenance_manifest", "output") == sorted(registry.outputs(config))
 
 
+def test_a_one_node_training_job_is_no_mpi_job():
+    """The SLURM plugin refuses an MPI job of one task; it runs the job in a step of its own instead."""
+    check = "results/megatron/launch_check.txt"
+    overlay = ("--configfiles", registry.REHEARSAL_OVERLAY)
+    resources, command = printed_job(check, "megatron_launch_check", *overlay)
+    assert "nodes=1" in resources and "tasks=1" in resources and "mpi=" not in resources
+    assert "megatron-launch --nodes 1 --gpus-per-node 8" in command
+
+
 def test_paper_training_job_requests_the_configured_nodes_and_launches_one_torchrun_per_node():
     config = load_config(toy=False)
     parallelism = config["training"]["parallelism"]
     resources, command = printed_job("results/megatron/trained/moonlight/math20k/rpb/s42", "train_megatron")
     assert f"nodes={parallelism['nodes']}" in resources and f"tasks={parallelism['nodes']}" in resources
-    # No mpi resource: the SLURM plugin refuses an MPI job of one task (a one-node run); tasks sets --ntasks.
-    assert f"gres=gpu:{parallelism['gpus_per_node']}" in resources and "mpi=" not in resources
+    # Several nodes: an MPI job, which the SLURM plugin does not wrap in a one-task step of its own.
+    assert parallelism["nodes"] > 1 and "mpi=srun" in resources
+    assert f"gres=gpu:{parallelism['gpus_per_node']}" in resources
     assert "--launcher srun" in command
     assert "tasks_per_gpu=0" in resources and "--ntasks-per-node=1" in resources
     assert (

@@ -402,14 +402,10 @@ def test_launch_line_runs_one_torchrun_per_node_with_a_c10d_rendezvous():
         "--rdzv-id=991",
     ]
     assert command[12:] == ["-m", "workflow_scripts", *entry]
-    assert torchrun_command(1, 8, entry) == [
-        "torchrun",
-        "--standalone",
-        "--nproc-per-node=8",
-        "-m",
-        "workflow_scripts",
-        *entry,
-    ]
+    standalone = ["torchrun", "--standalone", "--nproc-per-node=8", "-m", "workflow_scripts", *entry]
+    assert torchrun_command(1, 8, entry) == standalone
+    # One node in a SLURM job: the executor's own step holds the job's CPUs and GPUs already.
+    assert torchrun_command(1, 8, entry, "srun", head="gpu-a17", job_id="991", cpus=96) == standalone
     with pytest.raises(UserInputError, match="SLURM allocation"):
         torchrun_command(2, 8, entry)
     with pytest.raises(UserInputError, match="CPUs per task"):

@@ -78,16 +78,17 @@ def torchrun_command(
 ) -> list[str]:
     """The launch argv: ``srun`` one task per node with its ``cpus`` and GPUs, each ``torchrun``.
 
-    ``image``: run torchrun (and so every rank) in that apptainer image, ``srun`` outside it.
+    One node needs no ``srun``: outside SLURM, and inside a SLURM job, whose one-node command the
+    executor already runs in a step holding the job's CPUs and GPUs (a second step could not get
+    them), ``torchrun`` starts standalone. ``image``: run torchrun (and so every rank) in that
+    apptainer image, ``srun`` outside it.
     """
     module = ["-m", "workflow_scripts", *entry]
     inside = container_prefix(image)
-    if job_id is None:
-        if nodes != 1:
-            raise UserInputError(
-                f"{nodes} nodes need a SLURM allocation (no SLURM_JOB_ID in the environment)"
-            )
+    if nodes == 1:
         return [*inside, "torchrun", "--standalone", f"--nproc-per-node={gpus_per_node}", *module]
+    if job_id is None:
+        raise UserInputError(f"{nodes} nodes need a SLURM allocation (no SLURM_JOB_ID in the environment)")
     if cpus is None:
         raise UserInputError("a SLURM launch needs the CPUs per task of the allocation")
     return [
