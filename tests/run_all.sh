@@ -2,8 +2,8 @@
 # Every test, from a fresh checkout: the project's .venv (the README's set-up), whether the
 # Megatron conda env's pins install on its platform, the unit and toy-pipeline tests, then the
 # four scripts that run what otherwise runs only on a cluster (docs/cluster-path.md). Building an
-# environment is mostly downloading and unpacking wheels, so the Megatron one is built beside the
-# main suite and the stage ones beside the vLLM tests, which are mostly computing; their logs are
+# environment is mostly downloading and unpacking wheels, so the Megatron one is checked and built
+# beside the main suite and the stage ones beside the vLLM tests, which are mostly computing; their logs are
 # logs/megatron-env.log and logs/stage-envs.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +11,6 @@ python3 -m venv .venv
 . .venv/bin/activate
 pip install -q -r envs/requirements-local.txt
 pip install -q -e .
-# 3 GB of wheels, 1.5 to 6.5 minutes: before the Megatron env's build, so as not to share the disk.
-bash tests/check_megatron_env_resolves.sh
 mkdir -p logs
 # Waits for a build started in the background; prints its log if it failed.
 finish() {
@@ -22,7 +20,9 @@ finish() {
     fi
 }
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failing step leaves no build behind
-bash tests/build_megatron_env.sh > logs/megatron-env.log 2>&1 &
+# The resolution check fetches 3 GB of wheels (1.5 to 6.5 minutes) and removes them before the
+# build starts, so that the two never share the disk.
+(bash tests/check_megatron_env_resolves.sh && bash tests/build_megatron_env.sh) > logs/megatron-env.log 2>&1 &
 megatron_env=$!
 python -m pytest -q
 finish "$megatron_env" logs/megatron-env.log

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Brings up the one-machine SLURM test cluster (tests/cluster/slurm.sh), runs the pipeline through
-# it (tests/test_slurm_cluster.py, about 5 minutes on 2 cores) and tears the cluster down whatever
+# it (tests/test_slurm_cluster.py) and tears the cluster down whatever
 # happens. With RPB_REHEARSAL=1 it then runs the rehearsal too (tests/test_rehearsal_run.py:
 # profiles/rehearsal's default target with the Megatron env, vLLM's CPU build and every stage env,
-# which it builds where they are missing; about 28 minutes on 2 cores, so not yet part of
-# tests/run_all.sh). Needs root (apt-get, the daemons), Environment Modules and the .venv of the
+# which it builds where they are missing; with it, tests/run_all.sh would not yet fit CI's time
+# budget). Needs root (apt-get, the daemons), Environment Modules and the .venv of the
 # README's set-up; pytest arguments pass through. The cluster's state stays in $RPB_SLURM_DIR
 # (default /tmp/rpb-slurm).
 set -euo pipefail

@@ -7,7 +7,7 @@ Megatron env (``.venv-megatron``), the others in the project's ``.venv``. The Me
 get ``tests/megatron_cpu_shim`` on ``PYTHONPATH``, which applies ``tests.finetune_cpu``'s
 adaptations (docs/training.md); nothing else differs from the cluster's rules. The same target
 through the local backend is built by ``tests/test_environments.py``.
-Run by ``tests/run_megatron_cpu.sh`` (about 4 minutes on 2 cores); needs Environment Modules.
+Run by ``tests/run_megatron_cpu.sh`` (a few minutes on 2 cores); needs Environment Modules.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def build(work: Path, overlay: dict, venvs: Path) -> subprocess.CompletedProcess
 @pytest.mark.skipif(bool(_missing()), reason=_missing() or "ready")
 def test_table8_moonlight_cell_through_the_megatron_rules(tmp_path, request):
     if "megatron_table" not in (request.config.option.markexpr or ""):
-        pytest.skip("about 4 minutes: run with -m megatron_table (tests/run_megatron_cpu.sh does)")
+        pytest.skip("a few minutes: run with -m megatron_table (tests/run_megatron_cpu.sh does)")
     stages = {stage: LOCAL_ENV for stage in ("data", "train", "eval", "analysis")}
     venvs = link_stage_envs(STAGE_VENVS, {**stages, "megatron": MEGATRON_ENV})
     megatron = {**OVERLAY, "training": {"backend": "megatron", "parallelism": ONE_PROCESS}}
