@@ -63,6 +63,7 @@ def test_every_conda_rule_names_a_stage_module_of_the_same_env():
                 assert (ROOT / "envs" / "modules" / "rpb" / name).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(_missing()), reason=_missing() or "ready")
 def test_a_toy_target_runs_every_rule_in_its_own_stage_environment(tmp_path):
     work = tmp_path / "repo"
