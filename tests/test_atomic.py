@@ -48,6 +48,7 @@ def test_torch_short_write_on_a_full_filesystem(tmp_path, monkeypatch):
 
 
 @needs_dev_full
+@pytest.mark.slow
 def test_checkpoint_save_keeps_the_errno(tmp_path, monkeypatch):
     """Resume checkpoints are saved through a file object, so ENOSPC arrives as itself."""
     torch = pytest.importorskip("torch")

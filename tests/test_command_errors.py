@@ -197,6 +197,7 @@ def test_a_failing_subprocess_ends_in_one_line_after_its_own_messages(tmp_path, 
     )
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_ends_quietly(tmp_path):
     """``plan all | head``: the reader goes away; the command stops as a shell tool does, no traceback."""
     command = [sys.executable, "-m", "workflow_scripts", "plan", "all"]

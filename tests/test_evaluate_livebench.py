@@ -469,6 +469,7 @@ def test_lcb_stdin_protocol() -> None:
     assert passed == 0 and failure.startswith("load error on test 0")
 
 
+@pytest.mark.slow
 def test_lcb_functional_protocol() -> None:
     """``Solution().method`` or a module-level function; a tuple result counts as a list; the tests
     stop at the first failure, a slow one at its time limit."""

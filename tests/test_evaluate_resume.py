@@ -103,6 +103,7 @@ def _generated(err: str) -> list[str]:
     return [line.removeprefix(WROTE).split()[0] for line in err.splitlines() if line.startswith(WROTE)]
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_uninterrupted_bytes(toy, tmp_path, capsys):
     out = tmp_path / "generations.parquet"
     written = _killed(toy, out, after=2)
@@ -126,6 +127,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_bytes(toy, tmp_path, capsys):
     assert not parts_folder(out).exists()
 
 
+@pytest.mark.slow
 def test_a_changed_sampling_reuses_no_shard(toy, tmp_path, capsys):
     out = tmp_path / "generations.parquet"
     _killed(toy, out)

@@ -362,6 +362,7 @@ def test_output_beyond_the_cap_is_truncated_and_killed(stream: str):
 
 
 @pytest.mark.parametrize("stream", [1, 2])
+@pytest.mark.slow
 def test_a_flood_past_the_pipe_buffer_is_killed(mode: Mode, stream: int):
     """Also on stderr, which ``unshare`` shares: its report of the kill must not block the caller."""
     limits = Limits(timeout_s=3, output_bytes=4096)
@@ -386,12 +387,14 @@ def test_only_standard_streams_are_inherited():
     assert outcome.stdout == "['0', '1', '2', '3']\n"  # 3: the directory being listed
 
 
+@pytest.mark.slow
 def test_programs_cannot_gain_privileges(mode: Mode):
     source = "print([line for line in open('/proc/self/status') if line.startswith('NoNewPrivs')])\n"
     (outcome,) = mode.run_all([Job(source)], FAST)
     assert outcome.stdout == "['NoNewPrivs:\\t1\\n']\n"
 
 
+@pytest.mark.slow
 def test_isolated_programs_hold_no_capabilities(isolated: Mode):
     held = ("CapInh", "CapPrm", "CapEff", "CapAmb")
     source = f"print([line.split()[1] for line in open('/proc/self/status') if line.startswith({held})])\n"
@@ -524,6 +527,7 @@ def test_missing_unshare_is_announced(monkeypatch: pytest.MonkeyPatch, tmp_path:
         assert sandbox.detect_isolation() is Isolation.PROCESS_GROUP
 
 
+@pytest.mark.slow
 def test_the_home_is_hidden_but_an_interpreter_inside_stays(modes: dict[Isolation, Mode | str]):
     user = _mode(modes, Isolation.USER_NAMESPACES)
     home = os.path.dirname(os.path.realpath(sys.prefix))
@@ -583,6 +587,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_conversation_exchanges_messages_in_every_mode(mode: Mode):
     """Messages larger than a pipe's buffer both ways; only the call pipes besides the standard streams."""
     big = "ab" * 200_000
@@ -595,6 +600,7 @@ def test_a_conversation_exchanges_messages_in_every_mode(mode: Mode):
     [(["exit", "hello"], "ended"), (["close", "hello"], "timeout"), (["hang", "hello"], "timeout"),
      (["flood", "hello"], "output"), (["huge", "hello"], "oversized")],
 )  # fmt: skip
+@pytest.mark.slow
 def test_a_conversation_stops_for_good(mode: Mode, messages: list[str], stopped: str):
     """A program that closes its pipes but lives on hangs where ``unshare`` holds copies of them."""
     if messages[0] == "close" and mode.isolation is Isolation.PROCESS_GROUP:
@@ -608,6 +614,7 @@ def test_a_conversation_stops_for_good(mode: Mode, messages: list[str], stopped:
 
 
 @pytest.mark.parametrize("name", ["kill_everything", "setsid_daemon", "fork_bomb"])
+@pytest.mark.slow
 def test_conversing_hostile_programs_stay_contained(isolated: Mode, outside_dir: Path, name: str):
     """A conversation is a run like any other: nothing outlives it or reaches the launching user."""
     outside_dir.chmod(0o777)
@@ -653,6 +660,7 @@ def test_fork_bomb_leaves_room_for_a_concurrent_program(isolated: Mode):
     assert (bombed.status, spared.status, spared.stdout) == ("timeout", "passed", "12\n"), spared.stderr
 
 
+@pytest.mark.slow
 def test_thread_bomb_is_bounded(isolated: Mode):
     limits = Limits(timeout_s=2, processes=16)
     outcome = run_hostile(isolated, "thread_bomb", limits)
@@ -675,6 +683,7 @@ def test_ignored_sigterm_is_still_killed(mode: Mode):
     assert (outcome.status, outcome.returncode) == ("timeout", None)
 
 
+@pytest.mark.slow
 def test_huge_allocation_fails_inside_the_program(mode: Mode):
     outcome = run_hostile(mode, "huge_allocation", Limits(timeout_s=5, memory_mb=256))
     assert outcome.status == "failed"
@@ -689,6 +698,7 @@ def test_stdout_flood_is_capped_and_killed_early(mode: Mode):
     assert outcome.seconds < limits.timeout_s
 
 
+@pytest.mark.slow
 def test_filesystem_escape_leaves_no_trace(isolated: Mode, outside_dir: Path, tmp_dir: Path):
     sentinels = [outside_dir / "sentinel.txt", tmp_dir / "sentinel.txt"]
     for sentinel in sentinels:
@@ -731,6 +741,7 @@ def run_dir(isolated: Mode) -> Iterator[Path]:
     shutil.rmtree(path)
 
 
+@pytest.mark.slow
 def test_network_is_unreachable(isolated: Mode, run_dir: Path):
     abstract = "sandbox-test-" + uuid.uuid4().hex
     with (
@@ -770,6 +781,7 @@ def test_setsid_daemon_dies_with_the_program(isolated: Mode, outside_dir: Path):
     assert not marker_file.exists()
 
 
+@pytest.mark.slow
 def test_kill_everything_reaches_only_the_sandbox(isolated: Mode):
     bystander = isolated.popen(["sleep", "30"])  # the launching user's, so kill -1 outside would reach it
     try:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 from tests.dag import ROOT
 
@@ -121,6 +122,7 @@ def test_lower_layers_never_import_upward():
     assert not upward, "imports that do not go down the layers:\n" + "\n".join(upward)
 
 
+@pytest.mark.slow
 def test_no_import_cycle_between_modules():
     edges = module_edges()
     cycles = sorted(nx.simple_cycles(nx.DiGraph(list(edges))))
@@ -134,6 +136,7 @@ def test_no_import_cycle_between_modules():
     assert not cycles, "import cycles between modules:\n" + "\n".join(described)
 
 
+@pytest.mark.slow
 def test_the_graph_sees_lazy_and_submodule_imports():
     edges = module_edges()
     assert ("workflow_scripts.cli", "workflow_scripts.records.verify") in edges  # inside a function
@@ -162,6 +165,7 @@ FIGURE_ORDER = (
 )
 
 
+@pytest.mark.slow
 def test_each_figure_has_a_module_that_imports_only_the_shared_one():
     placed = {module: rank for rank, layer in enumerate(FIGURE_ORDER) for module in layer}
     present = {

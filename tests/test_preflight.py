@@ -581,6 +581,7 @@ def test_the_probe_reports_imports_and_the_driver_as_json():
     assert report["cuda_devices"] == 0  # this machine's torch is a CPU build (or absent)
 
 
+@pytest.mark.slow
 def test_the_nodes_check_asks_the_hub_from_a_compute_node(tmp_path, site, paper_repos):
     own = site_profile(tmp_path)
     with HubServer(paper_repos) as hub:

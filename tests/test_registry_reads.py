@@ -112,5 +112,6 @@ def test_no_benchmark_list_restated_in_code():
     assert literal_benchmark_lists(ROOT, benchmarks) == []
 
 
+@pytest.mark.slow
 def test_no_results_path_or_file_name_restated_outside_layout():
     assert literal_paths(ROOT) == []

@@ -1147,6 +1147,7 @@ def test_the_table_withholds_the_verdicts_whose_premise_gate_failed(tmp_path):
     assert "Premises (results/tables/gates.md)" in md
 
 
+@pytest.mark.slow
 def test_a_deepseek_base_as_sharp_as_moonlights_leaves_the_scope_nmi_untestable(tmp_path):
     """D.2's premise read from the run's own base probes: DeepSeek's base as sharp and domain-specific
     as Moonlight's withholds the scope claim's NMI verdicts, even a reversed gap; its RPB-hard cost
@@ -1207,6 +1208,7 @@ def test_the_table_shows_contradicted_claims(tmp_path):
     assert f"| {CONTRADICTED} |" in md
 
 
+@pytest.mark.slow
 def test_the_table_with_cells_not_declared_says_missing(tmp_path):
     """A config that does not declare a claim's cells (the OpenR1 runs here): missing, not a crash."""
     config = _config(toy=True)
@@ -1229,6 +1231,7 @@ def test_a_declared_result_file_that_is_absent_fails_naming_it(tmp_path):
         claims.claims_table(inputs)
 
 
+@pytest.mark.slow
 def test_the_table_function_matches_the_command(tmp_path):
     config = _config(toy=True)
     results = _results_tree(tmp_path / "results", config, _frozen_like(_paper_means()))

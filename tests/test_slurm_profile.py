@@ -115,6 +115,7 @@ def test_trainings_ask_what_the_plan_says_they_need(_paper_config, profile):
     assert "gpu" not in training  # nodes, tasks and GPUs come from the rule (MEGATRON_ALLOCATION)
 
 
+@pytest.mark.slow
 def test_plan_profile_keeps_the_site_values_and_check_names_a_short_runtime(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "config.yaml"

@@ -100,6 +100,7 @@ RARE_TOKEN = pytest.mark.xfail(strict=True, reason="the toy DeepSeek-V2 tokenize
 @pytest.mark.parametrize(
     "architecture", [pytest.param(a, marks=RARE_TOKEN) if a == "deepseek_v2" else a for a in ARCHITECTURES]
 )
+@pytest.mark.slow
 def test_every_token_of_a_held_back_answer_is_pretrained(architecture, tmp_path) -> None:
     """What post-training teaches is the skill: no held-back answer leans on an untrained embedding."""
     rows = _pretraining_rows()
