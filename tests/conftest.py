@@ -69,9 +69,24 @@ def toy_run(tmp_path_factory) -> Path:
     return build_toy_run(tmp_path_factory.mktemp("toy") / "rpb-repro")
 
 
+# Session fixtures that take minutes: under pytest-xdist (``-n``), the tests using one run on one
+# worker, so that it is built once.
+SHARED_ON_ONE_WORKER = ("toy_run",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Skip ``slurm`` and ``rehearsal`` tests unless ``-m`` names them: they need the test cluster
-    and take minutes."""
+    and take minutes. Under ``-n`` (``--dist loadgroup``), a module's tests stay together (its
+    module-scoped fixtures are built once) and the users of a ``SHARED_ON_ONE_WORKER`` fixture too."""
+    group_of_module: dict[str, str] = {}
+    for item in items:
+        module = item.module.__name__
+        shared = [name for name in SHARED_ON_ONE_WORKER if name in getattr(item, "fixturenames", ())]
+        if shared or module not in group_of_module:
+            group_of_module[module] = shared[0] if shared else module
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of_module[item.module.__name__]))
     skip = pytest.mark.skip(reason="needs the test SLURM cluster: bash tests/run_slurm.sh")
     for marker in ("slurm", "rehearsal"):
         if marker in (config.option.markexpr or ""):

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Every test, from a fresh checkout: the project's .venv (the README's set-up), whether the
 # Megatron conda env's pins install on its platform, the unit and toy-pipeline tests, then the
-# four scripts that run what otherwise runs only on a cluster (docs/cluster-path.md). Building an
-# environment is mostly downloading and unpacking wheels, so the Megatron one is checked and built
-# beside the main suite and the stage ones beside the vLLM tests, which are mostly computing; their logs are
-# logs/megatron-env.log and logs/stage-envs.log.
+# four scripts that run what otherwise runs only on a cluster (docs/cluster-path.md), the last of
+# them with the rehearsal: profiles/rehearsal's default target through SLURM with every stage's
+# environment. Building an environment is mostly downloading and unpacking wheels, so the Megatron
+# one is checked and built beside the main suite and the stage ones beside the vLLM tests, which
+# are mostly computing; their logs are logs/megatron-env.log and logs/stage-envs.log. The rehearsal
+# needs every environment at once, so none is discarded on the way (RPB_DISCARD_TEST_ENVS is for
+# the scripts run alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -12,6 +15,11 @@ python3 -m venv .venv
 pip install -q -r envs/requirements-local.txt
 pip install -q -e .
 mkdir -p logs
+. tests/disk.sh
+need_free_gb 25 "every test environment at once (the rehearsal's) and the runs' outputs"
+# The rehearsal, last, needs every environment, and runs the Megatron rules end to end (so
+# run_megatron_cpu.sh leaves out its one-table run of them).
+export RPB_DISCARD_TEST_ENVS=0 RPB_REHEARSAL=1
 # Waits for a build started in the background; prints its log if it failed.
 finish() {
     if ! wait "$1"; then
@@ -24,12 +32,11 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failing step leaves no buil
 # build starts, so that the two never share the disk.
 (bash tests/check_megatron_env_resolves.sh && bash tests/build_megatron_env.sh) > logs/megatron-env.log 2>&1 &
 megatron_env=$!
-python -m pytest -q
+# Both cores (pytest-xdist): a module's tests, and the users of the toy run, stay on one worker
+# (tests/conftest.py).
+python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 finish "$megatron_env" logs/megatron-env.log
 bash tests/run_megatron_cpu.sh
-# The stage environments beside the vLLM tests: the Megatron environment is gone by then, and the
-# eval environment and these (about 8 GB together) are on disk together for the environment tests
-# in any case.
 bash tests/build_stage_envs.sh > logs/stage-envs.log 2>&1 &
 stage_envs=$!
 bash tests/run_vllm_cpu.sh

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Brings up the one-machine SLURM test cluster (tests/cluster/slurm.sh), runs the pipeline through
 # it (tests/test_slurm_cluster.py) and tears the cluster down whatever
-# happens. With RPB_REHEARSAL=1 it then runs the rehearsal too (tests/test_rehearsal_run.py:
-# profiles/rehearsal's default target with the Megatron env, vLLM's CPU build and every stage env,
-# which it builds where they are missing; with it, tests/run_all.sh would not yet fit CI's time
-# budget). Needs root (apt-get, the daemons), Environment Modules and the .venv of the
+# happens. With RPB_REHEARSAL=1 (as tests/run_all.sh sets it) the rehearsal runs beside them
+# (tests/test_rehearsal_run.py: profiles/rehearsal's default target with the Megatron env, vLLM's
+# CPU build and every stage env, which it builds where they are missing). Needs root (apt-get, the daemons), Environment Modules and the .venv of the
 # README's set-up; pytest arguments pass through. The cluster's state stays in $RPB_SLURM_DIR
 # (default /tmp/rpb-slurm).
 set -euo pipefail
@@ -25,7 +24,10 @@ if [ "$rehearsal" = 1 ]; then
 fi
 trap 'bash tests/cluster/slurm.sh down' EXIT
 bash tests/cluster/slurm.sh up
-python -m pytest -q -s -m slurm tests/test_slurm_cluster.py "$@"
 if [ "$rehearsal" = 1 ]; then
-    python -m pytest -q -s -m rehearsal tests/test_rehearsal_run.py "$@"
+    # Side by side, one pytest-xdist worker each: the suite's jobs mostly wait on the scheduler.
+    python -m pytest -q -n 2 --dist loadgroup -m "slurm or rehearsal" \
+        tests/test_slurm_cluster.py tests/test_rehearsal_run.py "$@"
+else
+    python -m pytest -q -s -m slurm tests/test_slurm_cluster.py "$@"
 fi
