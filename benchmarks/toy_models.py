@@ -10,7 +10,8 @@ import argparse
 import json
 from typing import Any
 
-from workflow_scripts.modeling.toy import ARCHITECTURES, ToyModelSpec
+from workflow_scripts.families import ARCHITECTURES
+from workflow_scripts.modeling.toy import ToyModelSpec
 from workflow_scripts.registry import toy_model_sizes
 
 

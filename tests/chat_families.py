@@ -104,9 +104,9 @@ def moonlight_remote_tokenizer(texts: list[str], folder: Path, ranks: int = 344)
     Its files live in ``folder``; the model's ``vocab_size`` is ``model_vocab_size(tokenizer)``.
     The texts count three times, so that a test's few rows give pairs the trainer merges.
     """
-    from workflow_scripts.modeling.moonlight import moonlight_tokenizer
+    from workflow_scripts.modeling.moonlight import toy_tokenizer
 
-    return moonlight_tokenizer(texts * 3, ranks, folder)
+    return toy_tokenizer(texts * 3, ranks, folder)
 
 
 def deepseek_v2_hub_tokenizer(texts: list[str], folder: Path, ranks: int = 400) -> PreTrainedTokenizerBase:
@@ -114,13 +114,13 @@ def deepseek_v2_hub_tokenizer(texts: list[str], folder: Path, ranks: int = 400) 
 
     As ``models toy-base`` builds it; the texts count three times, as ``moonlight_remote_tokenizer``'s.
     """
-    from workflow_scripts.modeling.deepseek_v2 import deepseek_v2_tokenizer
+    from workflow_scripts.modeling.deepseek_v2 import toy_tokenizer
 
-    return deepseek_v2_tokenizer(texts * 3, ranks, folder)
+    return toy_tokenizer(texts * 3, ranks, folder)
 
 
 def qwen3_hub_tokenizer(texts: list[str], folder: Path, ranks: int = 400) -> PreTrainedTokenizerBase:
     """Qwen3's tokenizer files (``Qwen2Tokenizer``: vocab, merges, 26 added tokens) learned from ``texts``."""
-    from workflow_scripts.modeling.qwen3 import qwen3_tokenizer
+    from workflow_scripts.modeling.qwen3 import toy_tokenizer
 
-    return qwen3_tokenizer(texts * 3, ranks, folder)
+    return toy_tokenizer(texts * 3, ranks, folder)

@@ -31,13 +31,12 @@ from workflow_scripts.evaluate.toy_benchmarks import (
     toy_benchmark_rows,
     toy_gold_response,
 )
+from workflow_scripts.families import ARCHITECTURES
 from workflow_scripts.modeling.toy import ToyModelSpec, build_toy_model
 from workflow_scripts.priors.compute import span_means
 from workflow_scripts.priors.shuffle import global_permutations as shuffle_global_permutations
 from workflow_scripts.routing.hf import RoutingContext, attach
 from workflow_scripts.toy_tasks import Choice
-
-ARCHITECTURES = ("deepseek_v3", "deepseek_v2", "qwen3_moe")
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,8 @@ from workflow_scripts.evaluate.generation import (  # noqa: E402
     stop_ids,
     vllm_sampling_kwargs,
 )
-from workflow_scripts.modeling.toy import ARCHITECTURES, load_local  # noqa: E402
+from workflow_scripts.families import ARCHITECTURES  # noqa: E402
+from workflow_scripts.modeling.toy import load_local  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "workflow_scripts"
 # stage. A piece two stages share moves below the stages; a new unit must be placed here.
 FOUNDATIONS = (
     ("errors",),
-    ("atomic", "registry", "task_formats"),
+    ("atomic", "registry", "task_formats", "families"),
     ("commands",),
     ("layout", "records", "routing", "routing_metrics", "toy_tasks", "score_aggregates"),
     ("modeling", "chat_sources", "file_formats", "hub"),

@@ -40,8 +40,8 @@ pytest.importorskip("megatron.core", reason="runs in the Megatron environment (d
 pytestmark = pytest.mark.megatron
 
 from tests.conftest import ROOT  # noqa: E402
+from workflow_scripts.families import ARCHITECTURES  # noqa: E402
 
-ARCHITECTURES = ("deepseek_v3", "deepseek_v2", "qwen3_moe")
 ATOL = 1e-5
 #: The local backend's transformers (tests/run_megatron_cpu.sh); without it the local side
 #: runs on the environment's own transformers.

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from workflow_scripts import families  # noqa: E402
 from workflow_scripts.modeling import tokenizer as tk  # noqa: E402
 from workflow_scripts.modeling import toy  # noqa: E402
 
@@ -37,7 +38,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def models(tokenizer):
-    return {arch: toy.build_toy_model(arch, SPEC, tokenizer, seed=0) for arch in toy.ARCHITECTURES}
+    return {arch: toy.build_toy_model(arch, SPEC, tokenizer, seed=0) for arch in families.ARCHITECTURES}
 
 
 def token_ids(tokenizer, n: int, seed: int = 0):
@@ -131,7 +132,7 @@ def test_spec_from_dict_and_validation():
         toy.toy_config("mixtral", SPEC, VOCAB)
 
 
-@pytest.mark.parametrize("arch", toy.ARCHITECTURES)
+@pytest.mark.parametrize("arch", families.ARCHITECTURES)
 def test_config_routing_fields(arch):
     config = toy.toy_config(arch, SPEC, VOCAB, bos_token_id=0, eos_token_id=1, pad_token_id=2)
     assert config.model_type == arch
@@ -150,7 +151,7 @@ def test_config_routing_fields(arch):
         assert config.num_experts == SPEC.num_experts and config.mlp_only_layers == [0]
 
 
-@pytest.mark.parametrize("arch", toy.ARCHITECTURES)
+@pytest.mark.parametrize("arch", families.ARCHITECTURES)
 def test_model_structure_and_forward(arch, models, tokenizer):
     model = models[arch]
     layers = toy.moe_layer_indices(model)
@@ -158,7 +159,7 @@ def test_model_structure_and_forward(arch, models, tokenizer):
     assert model.config.vocab_size == len(tokenizer)
     gates = toy.router_modules(model)
     for gate in gates.values():
-        assert type(gate).__name__ == toy.ROUTER_CLASS_NAMES[arch]
+        assert type(gate).__name__ == families.family(arch).router
         assert tuple(gate.weight.shape) == (SPEC.num_experts, SPEC.hidden_size)
         assert gate.top_k == SPEC.top_k
     if arch == "deepseek_v3":
@@ -195,7 +196,7 @@ def test_qwen3_aux_loss_with_labels(models, tokenizer):
     assert out.aux_loss is not None and torch.isfinite(out.loss)
 
 
-@pytest.mark.parametrize("arch", toy.ARCHITECTURES)
+@pytest.mark.parametrize("arch", families.ARCHITECTURES)
 def test_save_load_round_trip(arch, models, tokenizer, tmp_path):
     model = models[arch].eval()
     out_dir = tmp_path / "base"
@@ -224,7 +225,7 @@ def test_save_load_round_trip(arch, models, tokenizer, tmp_path):
     assert all(torch.equal(ref[k], got[k]) for k in ref)
 
 
-@pytest.mark.parametrize("arch", toy.ARCHITECTURES)
+@pytest.mark.parametrize("arch", families.ARCHITECTURES)
 def test_seeded_init(arch, models, tokenizer):
     same = toy.build_toy_model(arch, SPEC, tokenizer, seed=0).state_dict()
     other = toy.build_toy_model(arch, SPEC, tokenizer, seed=1).state_dict()

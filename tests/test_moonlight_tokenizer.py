@@ -33,7 +33,7 @@ def rows() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory, rows) -> Path:
     texts = [text for pair in rows for text in pair] * 3
-    tokenizer = moonlight.moonlight_tokenizer(texts, 344, tmp_path_factory.mktemp("moonlight"))
+    tokenizer = moonlight.toy_tokenizer(texts, 344, tmp_path_factory.mktemp("moonlight"))
     return Path(tokenizer.vocab_file).parent
 
 

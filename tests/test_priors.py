@@ -13,10 +13,10 @@ import torch
 import workflow_scripts.cli as cli
 from tests.dag import TINY_SPEC
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.families import ARCHITECTURES
 from workflow_scripts.file_formats.prior import check_prior_file, check_prior_matches, load_prior
 from workflow_scripts.modeling.tokenizer import answer_span_mask, train_tokenizer
 from workflow_scripts.modeling.toy import (
-    ARCHITECTURES,
     ToyModelSpec,
     build_toy_model,
     load_local,

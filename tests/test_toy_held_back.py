@@ -23,7 +23,7 @@ from workflow_scripts.dag_inputs import corpus_spec
 from workflow_scripts.data.scoring import ScoringConfig, score_frame
 from workflow_scripts.data.selection import CorpusSpec, select
 from workflow_scripts.evaluate.toy_benchmarks import draw_questions
-from workflow_scripts.modeling.toy import ARCHITECTURES
+from workflow_scripts.families import ARCHITECTURES
 from workflow_scripts.models.cli import toy_tokenizer
 from workflow_scripts.models.pretrain_corpus import synthetic_rows
 from workflow_scripts.toy_tasks import (

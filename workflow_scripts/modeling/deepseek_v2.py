@@ -124,7 +124,7 @@ def write_tokenizer(folder: str | Path, texts: Iterable[str], ranks: int) -> Pat
     return folder
 
 
-def deepseek_v2_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
+def toy_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
     """DeepSeek-V2-Lite's kind of tokenizer, ``ranks`` BPE tokens learned from ``texts``, in ``folder``."""
     return load_tokenizer(write_tokenizer(folder, texts, ranks))
 

@@ -152,7 +152,7 @@ def write_tokenizer(folder: str | Path, tokens: Sequence[bytes]) -> Path:
     return folder
 
 
-def moonlight_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
+def toy_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
     """Moonlight's kind of tokenizer with ``ranks`` BPE tokens learned from ``texts``, written to ``folder``.
 
     Fewer ranks when the corpus runs out of frequent pairs. The model's ``vocab_size`` is the

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from workflow_scripts.families import family
 from workflow_scripts.registry import INTERVENTION_PARAMS
 from workflow_scripts.routing import core
 
@@ -35,9 +36,10 @@ def disables_router_balancing(intervention: str) -> bool:
 
 
 def router_probabilities(architecture: str, logits: Tensor) -> Tensor:
-    """Per-token router distribution (fp32): normalised sigmoid for deepseek_v3, softmax otherwise."""
+    """Per-token router distribution (fp32): the family's sigmoid scores normalised over the experts
+    (deepseek_v3), or its softmax."""
     z = logits.float()
-    if architecture == "deepseek_v3":
+    if family(architecture).score_function == "sigmoid":
         scores = z.sigmoid()
         return scores / scores.sum(dim=-1, keepdim=True)
     return z.softmax(dim=-1)

@@ -232,7 +232,7 @@ def write_tokenizer(folder: str | Path, texts: Iterable[str], ranks: int) -> Pat
     return folder
 
 
-def qwen3_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
+def toy_tokenizer(texts: Iterable[str], ranks: int, folder: str | Path) -> PreTrainedTokenizerBase:
     """Qwen3's kind of tokenizer with ``ranks`` BPE tokens learned from ``texts``, in ``folder``."""
     return load_tokenizer(write_tokenizer(folder, texts, ranks))
 

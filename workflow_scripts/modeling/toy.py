@@ -21,26 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workflow_scripts import families
 from workflow_scripts.errors import UserInputError
 
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
-
-ARCHITECTURES: tuple[str, ...] = ("deepseek_v3", "deepseek_v2", "qwen3_moe")
-
-#: Class of ``model.model.layers[i].mlp.gate`` in transformers 5.x, per architecture.
-ROUTER_CLASS_NAMES: dict[str, str] = {
-    "deepseek_v3": "DeepseekV3TopkRouter",
-    "deepseek_v2": "DeepseekV2TopkRouter",
-    "qwen3_moe": "Qwen3MoeTopKRouter",
-}
-
-#: Scoring function of each family's router (what vLLM's ``scoring_func`` selects).
-SCORING_FUNCS: dict[str, str] = {"deepseek_v3": "sigmoid", "deepseek_v2": "softmax", "qwen3_moe": "softmax"}
-
-#: Default ``routed_scaling_factor`` per DeepSeek family when the spec leaves it unset.
-DEFAULT_ROUTED_SCALING: dict[str, float] = {"deepseek_v3": 2.5, "deepseek_v2": 1.0}
 
 
 @dataclass(frozen=True)
@@ -153,13 +139,13 @@ def legacy_vllm_keys(architecture: str, spec: ToyModelSpec) -> dict[str, Any]:
     stores it as ``num_local_experts``) and ``rope_theta``. 5.x itself reads
     ``rope_parameters``.
     """
-    _check_architecture(architecture)
+    family = _family(architecture)
     keys: dict[str, Any] = {"rope_theta": float(spec.rope_theta)}
-    if architecture == "qwen3_moe":
+    if family.topk_method is None:
         keys["num_experts"] = spec.num_experts
     else:
-        keys["scoring_func"] = SCORING_FUNCS[architecture]
-        keys["topk_method"] = "noaux_tc" if architecture == "deepseek_v3" else "greedy"
+        keys["scoring_func"] = family.score_function
+        keys["topk_method"] = family.topk_method
         keys["moe_layer_freq"] = 1
     return keys
 
@@ -185,7 +171,7 @@ def toy_config(
     writes them to config.json (``save_toy_base`` also writes the ones transformers
     remaps, i.e. Qwen3-MoE's ``num_experts``).
     """
-    _check_architecture(architecture)
+    family = _family(architecture)
     from transformers import DeepseekV2Config, DeepseekV3Config, Qwen3MoeConfig
 
     common: dict[str, Any] = {
@@ -227,10 +213,8 @@ def toy_config(
             "qk_nope_head_dim": spec.head_dim,
             "qk_rope_head_dim": spec.qk_rope_head_dim,
             "v_head_dim": spec.head_dim,
-            "routed_scaling_factor": (
-                DEFAULT_ROUTED_SCALING[architecture]
-                if spec.routed_scaling_factor is None
-                else float(spec.routed_scaling_factor)
+            "routed_scaling_factor": float(
+                family.routed_scaling if spec.routed_scaling_factor is None else spec.routed_scaling_factor
             ),
         }
         if architecture == "deepseek_v3":
@@ -239,7 +223,7 @@ def toy_config(
             config = DeepseekV2Config(**common, **mla, topk_method="greedy", norm_topk_prob=False)
     for key, value in legacy_vllm_keys(architecture, spec).items():
         setattr(config, key, value)
-    config.architectures = [_causal_lm_class_name(architecture)]
+    config.architectures = [family.causal_lm]
     return config
 
 
@@ -406,31 +390,22 @@ def _write_legacy_keys(config_json: Path, config: PretrainedConfig) -> None:
 
 def _legacy_keys_of(config: PretrainedConfig) -> dict[str, Any]:
     """Legacy keys for a saved config, read from the config (which may come from a checkpoint)."""
-    model_type = getattr(config, "model_type", None)
-    if model_type not in ARCHITECTURES:
+    family = families.FAMILIES.get(getattr(config, "model_type", None))
+    if family is None:
         return {}
     rope = getattr(config, "rope_parameters", None) or {}
     theta = getattr(config, "rope_theta", None) or rope.get("rope_theta")
     keys: dict[str, Any] = {} if theta is None else {"rope_theta": float(theta)}
-    if model_type == "qwen3_moe":
+    if family.topk_method is None:
         keys["num_experts"] = int(config.num_experts)
     else:
-        keys["scoring_func"] = getattr(config, "scoring_func", SCORING_FUNCS[model_type])
-        keys["topk_method"] = getattr(
-            config, "topk_method", "noaux_tc" if model_type == "deepseek_v3" else "greedy"
-        )
+        keys["scoring_func"] = getattr(config, "scoring_func", family.score_function)
+        keys["topk_method"] = getattr(config, "topk_method", family.topk_method)
         keys["moe_layer_freq"] = getattr(config, "moe_layer_freq", 1)
     return keys
 
 
-def _causal_lm_class_name(architecture: str) -> str:
-    return {
-        "deepseek_v3": "DeepseekV3ForCausalLM",
-        "deepseek_v2": "DeepseekV2ForCausalLM",
-        "qwen3_moe": "Qwen3MoeForCausalLM",
-    }[architecture]
-
-
-def _check_architecture(architecture: str) -> None:
-    if architecture not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {architecture!r}; expected one of {ARCHITECTURES}")
+def _family(architecture: str) -> families.Family:
+    if architecture not in families.FAMILIES:
+        raise ValueError(f"unknown architecture {architecture!r}; expected one of {families.ARCHITECTURES}")
+    return families.FAMILIES[architecture]

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workflow_scripts import families
 from workflow_scripts.atomic import write_json
 from workflow_scripts.commands import add_command, add_stage, json_argument
 from workflow_scripts.errors import UserInputError
@@ -110,21 +111,9 @@ def toy_tokenizer(architecture: str, texts: list[str], vocab_size: int, folder: 
     Either way the toys' texts take about as many tokens, which the toy's sequence length and
     generation budget are sized for.
     """
-    if architecture == "deepseek_v3":
-        from workflow_scripts.modeling import moonlight as family
-
-        tokenizer = family.moonlight_tokenizer(texts, vocab_size, folder)
-    elif architecture == "deepseek_v2":
-        from workflow_scripts.modeling import deepseek_v2 as family
-
-        tokenizer = family.deepseek_v2_tokenizer(texts, vocab_size, folder)
-    elif architecture == "qwen3_moe":
-        from workflow_scripts.modeling import qwen3 as family
-
-        tokenizer = family.qwen3_tokenizer(texts, vocab_size, folder)
-    else:
-        raise UserInputError(f"no toy tokenizer for architecture {architecture!r}")
-    return tokenizer, family.model_vocab_size(tokenizer)
+    module = families.family(architecture).tokenizers()
+    tokenizer = module.toy_tokenizer(texts, vocab_size, folder)
+    return tokenizer, module.model_vocab_size(tokenizer)
 
 
 def _build_toy_base(args: argparse.Namespace, folder: Path) -> None:
@@ -224,7 +213,7 @@ def register(stages: argparse._SubParsersAction) -> None:
         "build a tiny MoE base of one architecture, pretrain it briefly, report its routing structure",
         outputs=("out", "report"),
     )
-    toy.add_argument("--architecture", required=True, choices=("deepseek_v3", "deepseek_v2", "qwen3_moe"))
+    toy.add_argument("--architecture", required=True, choices=families.ARCHITECTURES)
     toy.add_argument("--spec", required=True, type=json_argument, help="ToyModelSpec fields (JSON)")
     toy.add_argument(
         "--pretrain", required=True, type=json_argument, help="the toy_base config section (JSON)"

@@ -25,6 +25,7 @@ from typing import Any
 
 from workflow_scripts.atomic import atomic_path, write_json
 from workflow_scripts.errors import UserInputError
+from workflow_scripts.families import FAMILIES
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -61,7 +62,7 @@ def moe_layers_of(config: Mapping[str, Any]) -> list[int]:
     if model_type in ("deepseek_v2", "deepseek_v3"):
         if not config.get("n_routed_experts"):
             return []
-        first = config.get("first_k_dense_replace", 3 if model_type == "deepseek_v3" else 0)
+        first = config.get("first_k_dense_replace", FAMILIES[model_type].first_dense_default)
         frequency = config.get("moe_layer_freq", 1)
         return [i for i in layers if i >= first and i % frequency == 0]
     if model_type == "qwen3_moe":

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from workflow_scripts.families import FAMILIES
 from workflow_scripts.routing.core import (
     DEFAULT_CLIP_C,
     DEFAULT_CLIP_EPS,
@@ -42,10 +43,6 @@ __all__ = [
 
 MODES = ("soft", "hard")
 
-_V3 = "deepseek_v3"
-_V2 = "deepseek_v2"
-_QWEN3 = "qwen3_moe"
-
 # Marks the functions this module installs as ``gate.forward``, so that attach can refuse a
 # second override and detach removes only its own.
 _OVERRIDE_MARK = "_rpb_routing_override"
@@ -53,12 +50,8 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def _router_classes() -> dict[str, type[nn.Module]]:
-    """The supported gate classes by architecture tag (imported on first use)."""
-    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2TopkRouter
-    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
-    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
-
-    return {_V3: DeepseekV3TopkRouter, _V2: DeepseekV2TopkRouter, _QWEN3: Qwen3MoeTopKRouter}
+    """The supported gate classes by architecture tag (``families``; imported on first use)."""
+    return {name: family.router_class() for name, family in FAMILIES.items()}
 
 
 def gate_architecture(gate: nn.Module) -> str:
@@ -387,10 +380,11 @@ class _GateOps:
     scores: Callable[[nn.Module, Tensor], Tensor]  # unmodified router scores for RPB-hard weights
 
 
+#: Each family's gate, by ``model_type`` (``families``): the one adapter a family adds here.
 _OPS = {
-    _V3: _GateOps(_v3_logits, _v3_select, _v3_weigh, _v3_scores),
-    _V2: _GateOps(_v2_logits, _v2_select, _v2_weigh, _v2_scores),
-    _QWEN3: _GateOps(_qwen3_logits, _qwen3_select, _qwen3_weigh, _qwen3_scores),
+    "deepseek_v3": _GateOps(_v3_logits, _v3_select, _v3_weigh, _v3_scores),
+    "deepseek_v2": _GateOps(_v2_logits, _v2_select, _v2_weigh, _v2_scores),
+    "qwen3_moe": _GateOps(_qwen3_logits, _qwen3_select, _qwen3_weigh, _qwen3_scores),
 }
 
 
