@@ -413,11 +413,30 @@ def test_a_table_names_the_benchmark_a_run_lacks(tmp_path):
         TABLES["table18"](ReportInputs.at(CONFIG, "table18", tmp_path))
 
 
-def test_config_cells_must_match_the_layout(tree):
+def test_a_condition_named_in_a_tables_cells_is_a_row_with_no_paper_value(tree):
+    """Config alone adds a row: Router-L2 in Table 2's cells is laid out after the paper's rows,
+    computed like them, and rendered with no published value beside it."""
     config = json.loads(json.dumps(CONFIG))
     config["tables"]["table2"]["cells"][0]["conditions"].append("router_l2")
-    with pytest.raises(ValueError, match="router_l2"):
-        TABLES["table2"](ReportInputs.at(config, "table2", tree[0]))
+    table = TABLES["table2"](ReportInputs.at(config, "table2", tree[0]))
+    assert list(table.rows.condition) == ["sft", "lbl", "rpb", "router_l2"] * 2
+    for corpus in ("math20k", "coding20k"):
+        seeds = [_scores(run, corpus, NINE) for run in _runs(tree, "moonlight", corpus, "router_l2")]
+        row = _row(table, corpus=corpus, condition="router_l2")
+        for column in ("id", "ood"):
+            _assert_cell(row, column, *_seed_stats([seed[column] for seed in seeds]))
+    comparison = compare(table, load_reference(ROOT / "reference" / "table2.csv"))
+    assert set(comparison[comparison.condition == "router_l2"].status) == {"unpublished"}
+    assert set(comparison[comparison.condition != "router_l2"].status) == {"matched"}
+    markdown = render(table, load_reference(ROOT / "reference" / "table2.csv"), CONFIG["scale"])["md"]
+    assert "Router-L2" in markdown
+
+
+def test_table8_refuses_a_second_condition_naming_both(tree):
+    config = json.loads(json.dumps(CONFIG))
+    config["tables"]["table8"]["cells"][0]["conditions"].append("sft")
+    with pytest.raises(ValueError, match=r"table8: .*\['zloss', 'sft'\]"):
+        TABLES["table8"](ReportInputs.at(config, "table8", tree[0]))
 
 
 @pytest.mark.slow

@@ -60,16 +60,16 @@ def display_labels(config: Mapping[str, Any], **overrides: str) -> dict[str, str
     return labels | LABELS | overrides
 
 
-def _evaluations(inputs: ReportInputs, conditions: Sequence[str]) -> frozenset[Evaluation]:
-    """The table's closure evaluations, checked against the conditions the paper's layout places."""
-    evaluations = closure(inputs.config, inputs.output_id).evaluations
-    found = {evaluation.condition for evaluation in evaluations}
-    if found != set(conditions):
-        raise ValueError(
-            f"{inputs.output_id}: the config's cells give conditions {sorted(found)}, "
-            f"the table's layout places {list(conditions)}"
-        )
-    return evaluations
+def _layout(inputs: ReportInputs) -> tuple[tuple[str, ...], frozenset[Evaluation]]:
+    """The table's rows and what they read: its conditions in the order its cells first list them
+    (the base model's row first, where a cell evaluates it) and its closure's evaluations.
+
+    A condition named in a table's cells is a row of it by config alone; the paper's published
+    value is set beside each cell it prints (``—`` where it prints none) when the table renders.
+    """
+    evaluations = inputs.closure.evaluations
+    base = (BASE,) if any(evaluation.condition == BASE for evaluation in evaluations) else ()
+    return (*base, *inputs.rank("conditions")), evaluations
 
 
 def _ordered(
@@ -122,14 +122,10 @@ def _table(
 
 
 def _overall9_table(
-    inputs: ReportInputs,
-    conditions: Sequence[str],
-    columns: Sequence[str],
-    labels: Mapping[str, str],
-    bold: bool,
+    inputs: ReportInputs, columns: Sequence[str], labels: Mapping[str, str], bold: bool
 ) -> Table:
     """Corpus x condition rows of Overall@9-suite aggregates, mean ± sd across seeds (Tables 2, 3, 7)."""
-    evaluations = _evaluations(inputs, conditions)
+    conditions, evaluations = _layout(inputs)
     seeds = _aggregates(inputs, evaluations, "overall9")
     rows = _ordered(
         _summarize(seeds, CORPUS_KEYS, columns), inputs.config, CORPUS_KEYS, {"condition": conditions}
@@ -149,25 +145,24 @@ def _overall9_table(
 def table2(inputs: ReportInputs) -> Table:
     """Table 2: Moonlight ID / OOD over the nine-benchmark suite, mean ± sd across three seeds."""
     labels = display_labels(inputs.config, sft="SFT")
-    return _overall9_table(inputs, ("sft", "lbl", "rpb"), ("id", "ood"), labels, bold=False)
+    return _overall9_table(inputs, ("id", "ood"), labels, bold=False)
 
 
 def table3(inputs: ReportInputs) -> Table:
     """Table 3: the four anchoring objectives and both baselines, Overall@9, best per corpus in bold."""
-    conditions = ("rpb", "router_l2", "kl_base", "logit_l2", "sft", "lbl")
     labels = display_labels(inputs.config, sft="NoAux / SFT", lbl="LBL (re-applied)")
-    return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
+    return _overall9_table(inputs, ("overall9",), labels, bold=True)
 
 
 def table4(inputs: ReportInputs) -> Table:
     """Table 4: Qwen3-30B-A3B on both corpora and Moonlight on OpenR1-Math, Overall@9 mean ± sd."""
-    conditions = ("rpb", "router_l2", "sft", "lbl")
-    evaluations = _evaluations(inputs, conditions)
+    conditions, evaluations = _layout(inputs)
     keys = ("model", "corpus", "condition")
     seeds = _aggregates(inputs, evaluations, "overall9")
     rows = _summarize(seeds, keys, ("overall9",))
-    models = ("qwen3_30b", "moonlight")
-    rows = _ordered(rows, inputs.config, keys, {"model": models, "condition": conditions})
+    rows = _ordered(
+        rows, inputs.config, keys, {"model": list(inputs.rank("models")), "condition": conditions}
+    )
     notes = (_seed_note(evaluations), "Aggregates over the nine-benchmark suite (Appendix F.4).")
     labels = display_labels(inputs.config, sft="NoAux")
     return _table(inputs, keys, ("overall9",), rows, labels=labels, block="model", notes=notes)
@@ -182,13 +177,17 @@ def table7(inputs: ReportInputs) -> Table:
         router_l2_1e3="$\\lambda=10^{3}$",
         router_l2="$\\lambda=10^{4}$",
     )
-    conditions = ("router_l2_1e2", "router_l2_1e3", "router_l2")
-    return _overall9_table(inputs, conditions, ("overall9",), labels, bold=True)
+    return _overall9_table(inputs, ("overall9",), labels, bold=True)
 
 
 def table8(inputs: ReportInputs) -> Table:
     """Table 8: ST-MoE z-loss, twelve-benchmark mean at a single seed, per corpus and model."""
-    evaluations = _evaluations(inputs, ("zloss",))
+    conditions, evaluations = _layout(inputs)
+    if len(conditions) != 1:
+        raise ValueError(
+            f"{inputs.output_id}: its rows are corpus x model of one condition; "
+            f"its cells give {list(conditions)}"
+        )
     keys = ("corpus", "model")
     rows = _summarize(_aggregates(inputs, evaluations, "all12"), keys, ("avg12",))
     rows = _ordered(rows, inputs.config, keys, {"model": list(inputs.config["models"])})
@@ -204,8 +203,7 @@ def table12(inputs: ReportInputs) -> Table:
     The base model is evaluated once; its row repeats in every corpus block,
     with ID and OOD split by that corpus' domain.
     """
-    conditions = (BASE, "sft", "lbl", "rpb", "rpb_hard")
-    evaluations = _evaluations(inputs, conditions)
+    conditions, evaluations = _layout(inputs)
     performance = performance_frame(inputs.results, evaluations)
     trained = performance[performance["condition"] != BASE]
     base = performance[performance["condition"] == BASE]
@@ -234,7 +232,9 @@ def table12(inputs: ReportInputs) -> Table:
 def _hardness_label(config: Mapping[str, Any], condition: str) -> str:
     """Table 14's Prior and Constraint columns as label text, from the condition's registry entry."""
     spec = config["conditions"][condition]
-    kind = spec["prior"]
+    kind = spec.get("prior")
+    if kind is None:  # a condition without a prior, named in the table's cells
+        return spec["label"]
     prior = "base prior" if kind == BASE else f"{kind.removeprefix('shuffled_')}-shuffled prior"
     constraint = "hard" if spec["intervention"] == "rpb_hard" else "soft"
     return f"{spec['label']} ({prior}, {constraint})"
@@ -242,8 +242,7 @@ def _hardness_label(config: Mapping[str, Any], condition: str) -> str:
 
 def table14(inputs: ReportInputs) -> Table:
     """Table 14: hardness vs shuffle scope; ID, OOD, (ID+OOD)/2 and its difference from RPB per corpus."""
-    conditions = ("rpb", "rpb_hard", "within_hard", "global_hard")
-    evaluations = _evaluations(inputs, conditions)
+    conditions, evaluations = _layout(inputs)
     seeds = _aggregates(inputs, evaluations, "overall9")
     seeds["id_ood_mean"] = (seeds["id"] + seeds["ood"]) / 2
     rows = _summarize(seeds, CORPUS_KEYS, ("id", "ood", "id_ood_mean"))
@@ -314,11 +313,7 @@ def _repeat_rows(
 
 
 def _per_benchmark(
-    inputs: ReportInputs,
-    conditions: Sequence[str],
-    benchmarks: Sequence[str],
-    suite: str,
-    over_repeats: bool,
+    inputs: ReportInputs, benchmarks: Sequence[str], suite: str, over_repeats: bool
 ) -> pd.DataFrame:
     """Per-benchmark rows plus the suite aggregate (Tables 16-19).
 
@@ -328,7 +323,7 @@ def _per_benchmark(
     the per-repeat aggregates (F.5: "its spread is over the five evaluation
     repeats").
     """
-    evaluations = _evaluations(inputs, conditions)
+    conditions, evaluations = _layout(inputs)
     single = {e for e in evaluations if over_repeats or e.condition == BASE}
     columns = [*benchmarks, SUITE_COLUMNS[suite]]
     parts = []
@@ -354,10 +349,9 @@ def _repeat_note(inputs: ReportInputs, evaluations: Iterable[Evaluation]) -> str
 
 def table16(inputs: ReportInputs) -> Table:
     """Table 16: Moonlight per-benchmark (twelve) with the twelve-benchmark Avg; Base row over repeats."""
-    conditions = (BASE, "sft", "lbl", "rpb")
     twelve = benchmark_columns(inputs.config["benchmarks"], "all12")
-    rows = _per_benchmark(inputs, conditions, twelve, "all12", over_repeats=False)
-    evaluations = _evaluations(inputs, conditions)
+    rows = _per_benchmark(inputs, twelve, "all12", over_repeats=False)
+    evaluations = inputs.closure.evaluations
     notes = (
         _seed_note(evaluations),
         "The Base row has no training seed: its ± is over the evaluation repeats.",
@@ -376,11 +370,11 @@ def table16(inputs: ReportInputs) -> Table:
     )
 
 
-def _single_seed_table(inputs: ReportInputs, conditions: Sequence[str], bold: bool) -> Table:
+def _single_seed_table(inputs: ReportInputs, bold: bool) -> Table:
     """Nine-benchmark single-seed tables (17, 19): every ± is over the evaluation repeats."""
     nine = benchmark_columns(inputs.config["benchmarks"], "overall9")
-    rows = _per_benchmark(inputs, conditions, nine, "overall9", over_repeats=True)
-    evaluations = _evaluations(inputs, conditions)
+    rows = _per_benchmark(inputs, nine, "overall9", over_repeats=True)
+    evaluations = inputs.closure.evaluations
     columns = (*nine, "overall9")
     notes = (_repeat_note(inputs, evaluations), "Avg is Overall@9, the mean of the nine benchmark columns.")
     return _table(
@@ -397,15 +391,14 @@ def _single_seed_table(inputs: ReportInputs, conditions: Sequence[str], bold: bo
 
 def table17(inputs: ReportInputs) -> Table:
     """Table 17: DeepSeek-V2-Lite per-benchmark (nine), single seed, Base / SFT / LBL / RPB."""
-    return _single_seed_table(inputs, (BASE, "sft", "lbl", "rpb"), bold=True)
+    return _single_seed_table(inputs, bold=True)
 
 
 def table18(inputs: ReportInputs) -> Table:
     """Table 18: Moonlight per-benchmark shuffled-prior controls, mean ± sd across three seeds."""
-    conditions = ("rpb", "within_soft", "within_hard", "global_hard")
     nine = benchmark_columns(inputs.config["benchmarks"], "overall9")
-    rows = _per_benchmark(inputs, conditions, nine, "overall9", over_repeats=False)
-    evaluations = _evaluations(inputs, conditions)
+    rows = _per_benchmark(inputs, nine, "overall9", over_repeats=False)
+    evaluations = inputs.closure.evaluations
     notes = (
         _seed_note(evaluations),
         "Avg is Overall@9, the mean of the nine benchmark columns.",
@@ -416,7 +409,7 @@ def table18(inputs: ReportInputs) -> Table:
 
 def table19(inputs: ReportInputs) -> Table:
     """Table 19: DeepSeek-V2-Lite per-benchmark shuffled-prior controls, single seed."""
-    return _single_seed_table(inputs, ("rpb", "within_soft", "within_hard", "global_hard"), bold=False)
+    return _single_seed_table(inputs, bold=False)
 
 
 TABLES: dict[str, Callable[[ReportInputs], Table]] = {
