@@ -85,6 +85,18 @@ class Run:
             job["rule"] = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
         return found
 
+    def errors(self) -> str:
+        """The paragraphs of Snakemake's output that report a failed or restarted job."""
+        marks = ("Error", "Exception", "restart")
+        return "\n\n".join(part for part in self.output.split("\n\n") if any(mark in part for mark in marks))
+
+    def slurm_log(self, job_id: str, lines: int = 40) -> str:
+        """The end of a job's SLURM log (the executor keeps a failed job's, removes a completed one's)."""
+        found = sorted((self.workdir / ".snakemake" / "slurm_logs").rglob(f"{job_id}.log"))
+        if not found:
+            return f"(no SLURM log of job {job_id} under .snakemake/slurm_logs)"
+        return "\n".join(found[0].read_text(errors="replace").splitlines()[-lines:])
+
 
 def snakemake(workdir: Path, *args: str, env: dict[str, str] = JOB_ENV, timeout: float = 1800) -> Run:
     """A Snakemake run that must succeed (the end of its output otherwise), timed."""

@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -172,15 +173,40 @@ def slurm_jobs(slurm_run) -> list[dict[str, str]]:
     return slurm_run.jobs()
 
 
+def failed_attempts(run: Run, jobs: list[dict[str, str]]) -> str:
+    """Each allocation that did not complete, whether its job then completed, and its SLURM log's end."""
+    completed = {job["Comment"] for job in jobs if job["State"] == "COMPLETED"}
+    return "\n\n".join(
+        f"job {job['JobID']} ({job['Comment']}): {job['State']} {job['ExitCode']}, "
+        f"{'then completed' if job['Comment'] in completed else 'NEVER COMPLETED'}:\n"
+        f"{run.slurm_log(job['JobID'])}"
+        for job in jobs
+        if job["State"] != "COMPLETED"
+    )
+
+
 def test_every_job_ran_under_slurm_with_its_rules_profile_request(slurm_run, slurm_jobs, cluster, paper):
+    """Every planned job completed once under SLURM with its rule's request.
+
+    The paper profile resubmits a failed job once (``retries: 1``, for preemptions and time limits),
+    and on this one-machine cluster a job can also fail for the machine's sake (the rehearsal shares
+    its two cores): a failed attempt passes only where the same job then completed, and is reported
+    with its log as a warning, so that a failure of the code still shows.
+    """
     planned = slurm_run.job_counts()
     assert {"train_local", "probe_routes", "generate", "score", "table"} <= set(planned)
-    assert Counter(job["rule"] for job in slurm_jobs) == planned
+    failed = failed_attempts(slurm_run, slurm_jobs)
+    completed = [job for job in slurm_jobs if job["State"] == "COMPLETED"]
+    assert Counter(job["rule"] for job in completed) == planned, f"{failed}\n\n{slurm_run.errors()}"
+    assert "NEVER COMPLETED" not in failed, failed
+    if failed:
+        warnings.warn(f"failed and resubmitted:\n{failed}", stacklevel=1)
     for job in slurm_jobs:
         want = requested(paper, job["rule"])
         asked, got = tres(job["ReqTRES"]), tres(job["AllocTRES"])
         where = f"job {job['JobID']} ({job['Comment']})"
-        assert (job["State"], job["ExitCode"]) == ("COMPLETED", "0:0"), where
+        if job["State"] == "COMPLETED":
+            assert job["ExitCode"] == "0:0", where
         assert (job["Account"], job["Partition"]) == (cluster.account, cluster.partition), where
         assert minutes(job["Timelimit"]) == want["runtime"], where
         assert asked["cpu"] == want["cpus_per_task"], where
