@@ -9,7 +9,6 @@ rule by Snakemake's env-modules deployment through ``envs/modules``. What conda 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.dag import ROOT, SHORT_BASE, copy_checkout, with_overlay
+from tests.stage_envs import environments_of_run, rule_bodies, rule_environments
 
 pytestmark = pytest.mark.envs
 
@@ -27,7 +27,6 @@ STAGE_ENVS = ("data", "train", "eval", "analysis")
 MODULES_INIT = Path("/usr/share/modules/init/bash")
 # A table with trainings and evaluations, and a figure with probes: every rule family of the toy DAG.
 TARGETS = ("results/tables/table8.md", "results/figures/figure1.png")
-_RULE = re.compile(r"^rule (\w+):\n((?:(?:    .*)?\n)*)", re.MULTILINE)
 
 
 def _missing() -> str:
@@ -39,28 +38,15 @@ def _missing() -> str:
     return ""
 
 
-def rule_environments() -> dict[str, str]:
-    """Each rule's stage environment, read from its ``envmodules:`` directive in ``rules/``."""
-    environments = {}
-    for smk in sorted((ROOT / "rules").glob("*.smk")):
-        for rule, body in _RULE.findall(smk.read_text()):
-            found = re.search(r'envmodules:\n\s+"rpb/(\w+)"', body)
-            if found:
-                environments[rule] = found.group(1)
-    return environments
-
-
 def test_every_conda_rule_names_a_stage_module_of_the_same_env():
     """A rule's conda env and its no-conda module are the same stage: one env file per stage."""
-    for smk in sorted((ROOT / "rules").glob("*.smk")):
-        for rule, body in _RULE.findall(smk.read_text()):
-            conda = re.search(r'conda:\n\s+(?:"\.\./envs/(\w+)\.yaml"|(MEGATRON_CONDA))', body)
-            module = re.search(r'envmodules:\n\s+(?:"rpb/(\w+)"|\*(MEGATRON_MODULES))', body)
-            assert bool(conda) == bool(module), f"{smk.name}: rule {rule}"
-            if conda:
-                name = module.group(1) or "megatron"  # MEGATRON_MODULES: rpb/megatron, none in a container
-                assert name == (conda.group(1) or "megatron"), f"{smk.name}: rule {rule}"
-                assert (ROOT / "envs" / "modules" / "rpb" / name).exists()
+    environments = rule_environments()
+    for rule, (smk, body) in rule_bodies().items():
+        conda = re.search(r'conda:\n\s+(?:"\.\./envs/(\w+)\.yaml"|(MEGATRON_CONDA))', body)
+        assert bool(conda) == (rule in environments), f"{smk}: rule {rule}"
+        if conda:
+            assert environments[rule] == (conda.group(1) or "megatron"), f"{smk}: rule {rule}"
+            assert (ROOT / "envs" / "modules" / "rpb" / environments[rule]).exists()
 
 
 @pytest.mark.slow
@@ -80,19 +66,5 @@ def test_a_toy_target_runs_every_rule_in_its_own_stage_environment(tmp_path):
     for target in TARGETS:
         assert (work / target).stat().st_size > 0
 
-    environments, by_command = rule_environments(), {}
-    for smk in sorted((ROOT / "rules").glob("*.smk")):
-        for rule, body in _RULE.findall(smk.read_text()):
-            command = re.search(r"workflow_scripts (\S+ \S+)", body)
-            if command and rule in environments:
-                by_command.setdefault(command.group(1), set()).add(environments[rule])
-    seen = set()
-    for record_path in (work / "results").rglob("*provenance.json"):
-        record = json.loads(record_path.read_text())
-        if "command" not in record:  # a table's manifest, not a job record
-            continue
-        expected = by_command[record["command"]]
-        prefix = Path(record["software"]["prefix"])
-        assert prefix.parent == VENVS and prefix.name in expected, f"{record_path}: ran in {prefix}"
-        seen.add(prefix.name)
+    seen = environments_of_run(work / "results", VENVS)
     assert seen == set(STAGE_ENVS)

@@ -33,6 +33,7 @@ from tests.dag import JOB_ENV, ROOT, copy_checkout, dry_run, link_stage_envs
 from tests.hub_server import TOKEN, HubServer, pinned_overlay, repos_of_config
 from tests.rehearsal_sources import ARCHITECTURES, SPECS, build_base, served_models, write_sources
 from tests.slurm_ci import JOB_FIELDS, PROFILE, Run, running_cluster, snakemake, write_ci_profile
+from tests.stage_envs import environments_of_run
 from workflow_scripts import registry
 
 pytestmark = pytest.mark.rehearsal
@@ -174,6 +175,12 @@ def test_the_rehearsal_runs_its_default_target_through_slurm(rehearsal):
     for rule, count in planned.items():
         if rule not in local:
             assert completed[rule] == count, rule
+
+
+def test_every_job_ran_in_its_stages_environment(rehearsal):
+    """Each job's record names the interpreter of its rule's stage (tests/stage_envs.py), and every
+    stage's environment ran at least one job."""
+    assert environments_of_run(rehearsal.workdir / "results", STAGE_LINKS) == set(STAGE_ENVS)
 
 
 def test_the_preempted_trainings_failed_once_and_resumed_in_their_retry(rehearsal):
