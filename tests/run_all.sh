@@ -6,7 +6,7 @@
 # environment, each job checked to have run in its own (which is what tests/run_environments.sh
 # checks on a toy target, for a machine without SLURM). Building an environment is mostly
 # downloading and unpacking wheels, so every one is built beside the main suite, which is mostly
-# computing; their logs are logs/megatron.log (with the Megatron tests) and logs/stage-envs.log.
+# computing; their logs are logs/megatron-env.log and logs/stage-envs.log.
 # The rehearsal needs every environment at once, so none is discarded on the way
 # (RPB_DISCARD_TEST_ENVS is for the scripts run alone).
 set -euo pipefail
@@ -30,18 +30,18 @@ finish() {
 }
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # a failing step leaves no build behind
 # The resolution check fetches 3 GB of wheels (1.5 to 6.5 minutes) and removes them before the
-# build starts, so that the two never share the disk. run_megatron_cpu.sh builds the env, then runs
-# the Megatron tests beside the main suite, whose last minutes (the toy run's users, on one worker)
-# leave a core idle; its output is printed once the main suite is done.
-(bash tests/check_megatron_env_resolves.sh && bash tests/run_megatron_cpu.sh) > logs/megatron.log 2>&1 &
-megatron=$!
+# build starts, so that the two never share the disk. Tests, by contrast, run one script at a time:
+# each keeps both cores busy (tried: the Megatron tests beside the main suite gained nothing, their
+# contention costing what the main suite's idle core gave).
+(bash tests/check_megatron_env_resolves.sh && bash tests/build_megatron_env.sh) > logs/megatron-env.log 2>&1 &
+megatron_env=$!
 (python -m workflow_scripts envs venv eval --cpu && bash tests/build_stage_envs.sh) > logs/stage-envs.log 2>&1 &
 stage_envs=$!
 # Both cores (pytest-xdist): a module's tests, and the users of the toy run, stay on one worker
 # (tests/conftest.py).
 python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
-finish "$megatron" logs/megatron.log
-cat logs/megatron.log
+finish "$megatron_env" logs/megatron-env.log
+bash tests/run_megatron_cpu.sh
 finish "$stage_envs" logs/stage-envs.log
 bash tests/run_vllm_cpu.sh
 bash tests/run_slurm.sh
