@@ -26,6 +26,7 @@ from tests.dag import snakemake as run_snakemake
 PROFILE = "slurm" if (ROOT / "slurm").exists() else "profiles/slurm"
 JOB_FIELDS = (
     "JobID",
+    "NNodes",
     "State",
     "ExitCode",
     "Account",

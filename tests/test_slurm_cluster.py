@@ -33,7 +33,6 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -175,44 +174,38 @@ def slurm_jobs(slurm_run) -> list[dict[str, str]]:
 
 
 def failed_attempts(run: Run, jobs: list[dict[str, str]]) -> str:
-    """Each allocation that did not complete, whether its job then completed, and its SLURM log's end."""
-    completed = {job["Comment"] for job in jobs if job["State"] == "COMPLETED"}
+    """Each allocation that did not complete, with the end of its SLURM log."""
     return "\n\n".join(
-        f"job {job['JobID']} ({job['Comment']}): {job['State']} {job['ExitCode']}, "
-        f"{'then completed' if job['Comment'] in completed else 'NEVER COMPLETED'}:\n"
-        f"{run.slurm_log(job['JobID'])}"
+        f"job {job['JobID']} ({job['Comment']}): {job['State']} {job['ExitCode']} on {job['NNodes']} "
+        f"node(s):\n{run.slurm_log(job['JobID'])}"
         for job in jobs
         if job["State"] != "COMPLETED"
     )
 
 
 def test_every_job_ran_under_slurm_with_its_rules_profile_request(slurm_run, slurm_jobs, cluster, paper):
-    """Every planned job completed once under SLURM with its rule's request.
+    """Every planned job completed under SLURM, at its first attempt, with its rule's request.
 
-    The paper profile resubmits a failed job once (``retries: 1``, for preemptions and time limits),
-    and on this one-machine cluster a job can also fail for the machine's sake (the rehearsal shares
-    its two cores): a failed attempt passes only where the same job then completed, and is reported
-    with its log as a warning, so that a failure of the code still shows.
+    The paper profile resubmits a failed job once (``retries: 1``), so the run succeeds over a
+    failed attempt: a failure is judged here, with its SLURM log and Snakemake's error paragraphs
+    (a generation spread over two nodes failed once in CI and completed on its resubmission).
     """
     planned = slurm_run.job_counts()
     assert {"train_local", "probe_routes", "generate", "score", "table"} <= set(planned)
     failed = failed_attempts(slurm_run, slurm_jobs)
-    completed = [job for job in slurm_jobs if job["State"] == "COMPLETED"]
-    assert Counter(job["rule"] for job in completed) == planned, f"{failed}\n\n{slurm_run.errors()}"
-    assert "NEVER COMPLETED" not in failed, failed
-    if failed:
-        warnings.warn(f"failed and resubmitted:\n{failed}", stacklevel=1)
+    assert not failed, f"{failed}\n\n{slurm_run.errors()}"
+    assert Counter(job["rule"] for job in slurm_jobs) == planned, slurm_run.errors()
     for job in slurm_jobs:
         want = requested(paper, job["rule"])
         asked, got = tres(job["ReqTRES"]), tres(job["AllocTRES"])
         where = f"job {job['JobID']} ({job['Comment']})"
-        if job["State"] == "COMPLETED":
-            assert job["ExitCode"] == "0:0", where
+        assert job["ExitCode"] == "0:0", where
         assert (job["Account"], job["Partition"]) == (cluster.account, cluster.partition), where
         assert minutes(job["Timelimit"]) == want["runtime"], where
         assert asked["cpu"] == want["cpus_per_task"], where
         assert asked["mem"] == want["mem_mb"], where
         assert asked.get("gres/gpu", 0) == want.get("gpu", 0), where
+        assert job["NNodes"] == "1", where  # no rule of this target asks for more (a Megatron run would)
         assert {key: got.get(key, 0) for key in ("cpu", "gres/gpu")} == {
             key: asked.get(key, 0) for key in ("cpu", "gres/gpu")
         }, where

@@ -101,6 +101,17 @@ def test_gpu_rules_on_the_gpu_partition_cpu_rules_on_a_cpu_partition_each_set_on
         assert profile["set-resources"][rule]["gpu"] == requests[rule].gpus >= 1
 
 
+def test_every_gpu_job_the_rule_does_not_place_asks_for_one_node(profile):
+    """``--gpus=8`` alone let the CI cluster spread a generation over two nodes, whose one task
+    then could not start its step ("Invalid generic resource (gres) specification")."""
+    for rule, resources in profile["set-resources"].items():
+        if "gpu" in resources:
+            assert rule not in slurm_profile.ALLOCATION_RULES
+            assert resources["nodes"] == 1, rule
+        else:
+            assert "nodes" not in resources, rule
+
+
 def test_trainings_ask_what_the_plan_says_they_need(_paper_config, profile):
     """Per node of an exclusive training: its ranks, the prior and its share of a save; not 1.6 TB, 48 h."""
     planned = plan(_paper_config, "all", {"openr1math": 94000})

@@ -213,7 +213,13 @@ def render(config: Mapping[str, Any], found: Sequence[Request], site: Site) -> s
     ]
     sections = (
         ("CPU-only rules, on the CPU partition named once on the first of them", "cpu"),
-        ("GPU rules, on default-resources' slurm_partition", "gpu"),
+        (
+            "GPU rules, on default-resources' slurm_partition. All but the Megatron allocations\n"
+            "  # (which ask for their own nodes) run on one node: the executor asks for a job's GPUs\n"
+            "  # in all (--gpus), which SLURM may spread over nodes where no node has them all free,\n"
+            "  # and the job's one task then cannot start its step (seen on the CI cluster)",
+            "gpu",
+        ),
     )
     for heading, partition in sections:
         group = [request for request in found if request.partition == partition]
@@ -233,7 +239,7 @@ def render(config: Mapping[str, Any], found: Sequence[Request], site: Site) -> s
                 f"    cpus_per_task: {request.cpus}",
             ]
             if request.gpus and request.rule not in ALLOCATION_RULES:
-                lines.append(f"    gpu: {request.gpus}")
+                lines += [f"    gpu: {request.gpus}", "    nodes: 1"]
     return "\n".join(lines) + "\n"
 
 
