@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from single_core import CLOCKS, add_clock_arguments  # noqa: E402
 from toy_models import add_model_arguments, architectures, toy_spec  # noqa: E402
 
+from workflow_scripts import registry  # noqa: E402
 from workflow_scripts.modeling.batches import Example, encode_rows  # noqa: E402
 from workflow_scripts.modeling.loop import TrainConfig, train  # noqa: E402
 from workflow_scripts.modeling.objective import Objective  # noqa: E402
@@ -158,7 +159,7 @@ def main() -> None:
     groups = one_per_intervention(config["conditions"])
     objectives = {
         name: Objective.from_condition(
-            config["conditions"][name],
+            registry.job_condition(config, name),
             prior_settings["clip_eps"],
             prior_settings["clip_c"],
             prior_settings["bias_in_gate_weights"],

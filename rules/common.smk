@@ -7,7 +7,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from workflow_scripts import dag_inputs, forkserver, hub, layout, registry
-from workflow_scripts.dag_inputs import CONDITION_KEYS, TRAINING_KEYS, alternatives, config_slice
+from workflow_scripts.dag_inputs import TRAINING_KEYS, alternatives, config_slice
 from workflow_scripts.errors import UserInputError
 
 # The registry, loaded one way (registry.load_config): config.yaml, then the files Snakemake was
@@ -179,7 +179,7 @@ def toy_pretraining(wildcards):
 
 
 def condition_slice(wildcards):
-    return config_slice(config["conditions"][wildcards.condition], CONDITION_KEYS)
+    return dag_inputs.condition_slice(config, wildcards.condition)
 
 
 def probed_checkpoint(wildcards):

@@ -17,7 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import yaml
 
+from workflow_scripts import registry
 from workflow_scripts.modeling.toy import ToyModelSpec
+from workflow_scripts.registry import RouterTerm
 
 ROOT = Path(__file__).resolve().parents[1]
 # The paper profile as users name it (``slurm``, found from the repository root). It deploys
@@ -181,6 +183,27 @@ def overlay_configfiles(workdir: Path, overlay: dict) -> list[str]:
 def with_overlay(workdir: Path, overlay: dict) -> list[str]:
     """The toy profile plus ``overlay`` as a last config file in ``workdir``."""
     return [*TOY, *overlay_configfiles(workdir, overlay)]
+
+
+def router_terms() -> dict[str, RouterTerm]:
+    """The router terms of config.yaml (``router_terms``), by name."""
+    return registry.router_terms(yaml.safe_load((ROOT / "config.yaml").read_text()))
+
+
+def job_conditions(config: dict) -> dict[str, dict]:
+    """Every condition of ``config`` as a training job reads it (``registry.job_condition``)."""
+    return {name: registry.job_condition(config, name) for name in config["conditions"]}
+
+
+def job_condition(intervention: str, prior: str | None = None, **params: float) -> dict:
+    """A training job's condition of ``intervention`` as the rules pass it (``registry.job_condition``):
+    with ``params``, a ``prior`` where given, and the router term's declaration from config.yaml."""
+    condition: dict = {"intervention": intervention, "params": params}
+    if prior is not None:
+        condition["prior"] = prior
+    if intervention in (terms := router_terms()):
+        condition["term"] = terms[intervention].declaration()
+    return condition
 
 
 # The toy MoE checkpoints unit tests build; each variant of TINY_SPEC states only what differs.

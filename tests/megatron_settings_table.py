@@ -52,15 +52,17 @@ def toy_bases(root: Path) -> dict[str, Path]:
     return bases
 
 
-def build(base: Path, condition: dict[str, Any], config: dict[str, Any], work: Path) -> Any:
-    """The product's ``ConfigContainer`` of one run, with the objective the training entry point builds."""
+def build(base: Path, condition: str, config: dict[str, Any], work: Path) -> Any:
+    """The product's ``ConfigContainer`` of one run of ``condition``, with the objective the training
+    entry point builds from what the rule passes it (``registry.job_condition``)."""
     from workflow_scripts.modeling.objective import Objective
+    from workflow_scripts.registry import job_condition
     from workflow_scripts.train.condition import expert_bias_update_rate
     from workflow_scripts.train.megatron.settings import bridge_config
 
     training = config["training"]
     objective = Objective.from_condition(
-        condition,
+        job_condition(config, condition),
         float(config["prior"]["clip_eps"]),
         float(config["prior"]["clip_c"]),
         bool(config["prior"]["bias_in_gate_weights"]),
@@ -153,7 +155,7 @@ def table_lines(root: Path) -> Iterator[str]:
     """docs/training.md's tables: run settings (Moonlight's ``lbl``), then router settings per condition."""
     config = paper_config()
     bases = toy_bases(root)
-    run = effective_settings(build(bases["moonlight"], config["conditions"]["lbl"], config, root))
+    run = effective_settings(build(bases["moonlight"], "lbl", config, root))
     yield "| Setting | Megatron uses |"
     yield "|---|---|"
     for name, value in run.items():
@@ -161,8 +163,8 @@ def table_lines(root: Path) -> Iterator[str]:
     yield ""
     yield "| Condition | load balancing | coefficient | z-loss | expert-bias rate |"
     yield "|---|---|---|---|---|"
-    for name, condition in config["conditions"].items():
-        per_model = {router_settings(build(base, condition, config, root)) for base in bases.values()}
+    for name in config["conditions"]:
+        per_model = {router_settings(build(base, name, config, root)) for base in bases.values()}
         assert len(per_model) == 1, f"{name}: router settings differ between models: {per_model}"
         yield f"| {name} | " + " | ".join(_cell(v) for v in per_model.pop()) + " |"
 

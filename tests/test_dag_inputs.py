@@ -122,9 +122,7 @@ def test_megatron_run_arguments_parse_as_the_claim_and_the_training_read_them(pa
     arguments = shlex.split(dag_inputs.training_arguments(paper_config, wildcards, inputs))
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     claim = train.parse_args(["megatron-claim", *arguments, "--out", "claim.json"])
-    assert claim.condition == json.loads(
-        dag_inputs.config_slice(paper_config["conditions"][condition], dag_inputs.CONDITION_KEYS)
-    )
+    assert claim.condition == json.loads(dag_inputs.condition_slice(paper_config, condition))
     assert claim.training["parallelism"] == paper_config["training"]["parallelism"]
     assert claim.seed == 42 and claim.work == "results/megatron/work/moonlight/math20k/" + condition + "/s42"
     assert claim.prior == inputs.get("prior") and claim.shuffle_record == inputs.get("shuffle_record")

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.dag import job_conditions
 from workflow_scripts.modeling.objective import Objective, disables_router_balancing
 from workflow_scripts.report.claims import FROZEN_BIAS
 from workflow_scripts.train.megatron.settings import router_settings
@@ -34,7 +35,7 @@ def test_the_default_keeps_the_update_for_every_non_rpb_condition(paper_config):
     rate = paper_config["training"]["expert_bias_update_rate"]
     assert rate == 1e-3
     conditions = paper_config["conditions"]
-    for name, (local, megatron) in _rates(conditions, rate).items():
+    for name, (local, megatron) in _rates(job_conditions(paper_config), rate).items():
         condition = conditions[name]
         if disables_router_balancing(condition["intervention"]):
             expected = 0.0
@@ -45,7 +46,7 @@ def test_the_default_keeps_the_update_for_every_non_rpb_condition(paper_config):
 
 def test_a_zero_training_rate_freezes_the_update_for_every_condition(paper_config):
     conditions = paper_config["conditions"]
-    assert set(_rates(conditions, 0.0).values()) == {(0.0, 0.0)}
+    assert set(_rates(job_conditions(paper_config), 0.0).values()) == {(0.0, 0.0)}
     kept = [n for n, c in conditions.items() if not disables_router_balancing(c["intervention"])]
     assert {"sft", "lbl", "lbl_weak", "router_l2", "kl_base", "logit_l2", "zloss"} <= set(kept)
 
@@ -60,14 +61,15 @@ def test_each_frozen_variant_is_its_condition_with_the_update_frozen(paper_confi
     }
     assert not disables_router_balancing(a["intervention"])  # RPB needs no variant: frozen already
     rate = paper_config["training"]["expert_bias_update_rate"]
-    on = Objective.from_condition(a, expert_bias_update_rate=rate)
+    jobs = job_conditions(paper_config)
+    on = Objective.from_condition(jobs[kept], expert_bias_update_rate=rate)
     assert on.expert_bias_update_rate == rate
-    assert Objective.from_condition(b, expert_bias_update_rate=rate) == replace(
+    assert Objective.from_condition(jobs[frozen], expert_bias_update_rate=rate) == replace(
         on, expert_bias_update_rate=0.0
     )
 
 
 def test_the_frozen_variants_hold_at_toy_scale(toy_config):
     for frozen in FROZEN_BIAS.values():
-        objective = Objective.from_condition(toy_config["conditions"][frozen], expert_bias_update_rate=1e-3)
+        objective = Objective.from_condition(job_conditions(toy_config)[frozen], expert_bias_update_rate=1e-3)
         assert objective.expert_bias_update_rate == 0.0, frozen

@@ -42,7 +42,6 @@ from tests.megatron_settings_table import paper_config  # noqa: E402
 from workflow_scripts import registry  # noqa: E402
 
 SHIM = ROOT / "tests" / "megatron_cpu_shim"
-CONDITION_KEYS = ("intervention", "params", "settings", "prior")
 PRIOR_FILES = {
     "base": "prior.npy",
     "shuffled_within": "prior_shuffled.npy",
@@ -95,12 +94,14 @@ def training(world: int, tensor: int, precision: str, epochs: int = 1, expert: i
     return section
 
 
-def job(runs: Path, name: str, condition: dict, section: dict, work: str, **extra) -> dict:
-    prior = condition.get("prior")
+def job(runs: Path, name: str, condition_name: str, section: dict, work: str, **extra) -> dict:
+    """A launch of condition ``condition_name`` as the rule passes it (``registry.job_condition``)."""
+    condition = registry.job_condition(paper_config(), condition_name)
+    prior = condition.pop("prior", None)
     return {
         "name": name,
         "work": str(runs / work),
-        "condition": {key: condition[key] for key in CONDITION_KEYS if key in condition and key != "prior"},
+        "condition": condition,
         "training": section,
         "prior": PRIOR_FILES[prior] if prior else None,
         **extra,
@@ -111,22 +112,19 @@ def launches(runs: Path) -> list[tuple[int, list[dict]]]:
     """(world size, jobs) of each ``torchrun``: the one-process references, then each world-4 layout,
     then the bf16 runs and the resumes. Every ``finetune()`` leaves its model-parallel groups'
     gloo threads behind (Megatron keeps the groups), so a launch holds a dozen jobs at most."""
-    conditions = paper_config()["conditions"]
-    router_l2, sft = conditions["router_l2"], conditions["sft"]
-    found = [(1, [job(runs, f"w1/{n}", c, training(1, 1, "fp32"), f"w1/{n}") for n, c in KINDS.items()])]
+    found = [(1, [job(runs, f"w1/{n}", n, training(1, 1, "fp32"), f"w1/{n}") for n in KINDS])]
     for layout, (tensor, expert) in LAYOUTS.items():
         section = training(4, tensor, "fp32", expert=expert)
-        found.append((4, [job(runs, f"{layout}/{n}", c, section, f"{layout}/{n}") for n, c in KINDS.items()]))
-    anchored = [
-        job(runs, f"bf16/{n}", c, training(4, 1, "bf16"), f"bf16/{n}")
-        for n, c in (("sft", sft), ("router_l2", router_l2))
-    ]
+        found.append((4, [job(runs, f"{layout}/{n}", n, section, f"{layout}/{n}") for n in KINDS]))
+    anchored = [job(runs, f"bf16/{n}", n, training(4, 1, "bf16"), f"bf16/{n}") for n in ("sft", "router_l2")]
     for precision in ("fp32", "bf16"):
         long = training(4, 1, precision, epochs=2)
         anchored += [
-            job(runs, f"{precision}/uninterrupted", router_l2, long, f"{precision}/uninterrupted"),
-            job(runs, f"{precision}/killed", router_l2, long, f"{precision}/resumed", kill_after=KILL_AFTER),
-            job(runs, f"{precision}/resumed", router_l2, long, f"{precision}/resumed"),
+            job(runs, f"{precision}/uninterrupted", "router_l2", long, f"{precision}/uninterrupted"),
+            job(
+                runs, f"{precision}/killed", "router_l2", long, f"{precision}/resumed", kill_after=KILL_AFTER
+            ),
+            job(runs, f"{precision}/resumed", "router_l2", long, f"{precision}/resumed"),
         ]
     return [*found, (4, anchored)]
 

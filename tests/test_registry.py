@@ -50,7 +50,10 @@ def test_mistyped_value_names_key(paper_config):
 
 def test_unknown_intervention_fails(paper_config):
     paper_config["conditions"]["zloss"]["intervention"] = "zloss_v2"
-    with pytest.raises(RegistryError, match=r"conditions\.zloss\.intervention: 'zloss_v2' is not one of"):
+    known = r"\(known: .*z_loss"
+    with pytest.raises(
+        RegistryError, match=rf"conditions\.zloss\.intervention: unknown intervention 'zloss_v2' {known}"
+    ):
         validate_config(paper_config, str(SCHEMA))
 
 
@@ -61,6 +64,15 @@ def test_unknown_intervention_fails(paper_config):
         (lambda c: c["conditions"]["sft"].update(params={"beta": 1.0}), r"conditions\.sft\.params\.beta"),
         (lambda c: c["conditions"]["kl_base"].pop("prior"), r"conditions\.kl_base: .* needs a 'prior'"),
         (lambda c: c["conditions"]["lbl"].update(prior="base"), r"conditions\.lbl\.prior"),
+        # A router term reads a prior where it declares one, and then needs the condition's prior.
+        (lambda c: c["router_terms"]["kl_base"].update(prior=False), r"kl_base\.prior: .* reads no prior"),
+        (lambda c: c["router_terms"].update(rpb={"layers": "sum"}), r"router_terms\.rpb: .* built-in"),
+        (lambda c: c["router_terms"]["z_loss"].update(layers="max"), r"router_terms\.z_loss\.layers: 'max'"),
+        # Megatron-Core sums its own load-balancing loss over layers: a mean would train another loss.
+        (
+            lambda c: c["router_terms"]["load_balancing"].update(layers="mean"),
+            r"router_terms\.load_balancing: .* local backend .* Megatron backend",
+        ),
     ],
 )
 def test_intervention_parameters_checked(paper_config, edit, message):

@@ -22,17 +22,24 @@ from megatron.core.transformer.moe.moe_utils import get_updated_expert_bias  # n
 from torch import nn  # noqa: E402
 
 from tests.conftest import ROOT  # noqa: E402
+from tests.dag import job_conditions  # noqa: E402
 from tests.megatron_env import build_router, init_cpu_megatron  # noqa: E402
 from tests.test_routing_hf import BATCH, SEQ, build_model, gate_input, random_prior, span_ids  # noqa: E402
 from workflow_scripts.modeling.objective import Objective  # noqa: E402
+from workflow_scripts.registry import MEGATRON_COMPUTED_TERMS, RouterTerm  # noqa: E402
 from workflow_scripts.routing import core  # noqa: E402
 from workflow_scripts.routing.hf import RoutingContext, attach, find_gates  # noqa: E402
-from workflow_scripts.routing.megatron import RouterAnchor, install, sequence_parallel_slice  # noqa: E402
+from workflow_scripts.routing.megatron import (  # noqa: E402
+    MEGATRON_NATIVE_TERMS,
+    RouterAnchor,
+    install,
+    sequence_parallel_slice,
+)
 from workflow_scripts.train.megatron.settings import router_settings  # noqa: E402
 from workflow_scripts.train.megatron.step import routing_context  # noqa: E402
 
 ARCHS = ("deepseek_v3", "deepseek_v2", "qwen3_moe")
-CONDITIONS = yaml.safe_load((ROOT / "config.yaml").read_text())["conditions"]
+CONDITIONS = job_conditions(yaml.safe_load((ROOT / "config.yaml").read_text()))
 RATE = 1e-3
 # Megatron row n = t * B + b holds the transformers row b * T + t.
 ORDER = torch.arange(BATCH * SEQ).reshape(BATCH, SEQ).T.reshape(-1)
@@ -157,14 +164,6 @@ def run_megatron(arch, objective, prior, spans, readout, reference):
     return routers, probs_out, maps, tracked
 
 
-MEGATRON_NAMES = {
-    "load_balancing": ("load_balancing_loss", "sum"),
-    "z_loss": ("z_loss", "sum"),
-    "kl_base": ("kl_to_base", "mean"),
-    "logit_l2": ("logit_l2", "mean"),
-}
-
-
 # prior.bias_in_gate_weights changes only soft RPB; both readings are checked there.
 CASES = [(name, True) for name in sorted(CONDITIONS)] + [
     (name, False) for name in sorted(CONDITIONS) if CONDITIONS[name]["intervention"] == "rpb"
@@ -177,6 +176,34 @@ def test_megatron_router_matches_core_and_transformers(name, bias_in_gate_weight
     objective = Objective.from_condition(
         CONDITIONS[name], bias_in_gate_weights=bias_in_gate_weights, expert_bias_update_rate=RATE
     )
+    check_parity(arch, objective)
+
+
+def test_the_routers_leave_to_megatron_the_terms_the_registry_says_it_computes():
+    assert set(MEGATRON_NATIVE_TERMS) == set(MEGATRON_COMPUTED_TERMS)
+
+
+def _collision_probability(layer: core.RouterLayer) -> torch.Tensor:
+    """A throwaway router term: the mean over routed tokens of sum_e p_e^2."""
+    mask = layer.token_mask.float()
+    return (layer.probabilities.pow(2).sum(dim=-1) * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+@pytest.mark.parametrize("layers", ["sum", "mean"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_router_term_new_to_the_code_runs_the_same_on_megatron(arch, layers, monkeypatch):
+    """docs/layout.md's recipe: a term added to ``ROUTER_TERM_LOSSES`` alone is attached by
+    Megatron's routers exactly as the local backend adds it, whatever its layer reduction."""
+    monkeypatch.setitem(core.ROUTER_TERM_LOSSES, "throwaway", _collision_probability)
+    term = RouterTerm("throwaway", prior=False, layers=layers)
+    check_parity(
+        arch, Objective(intervention="throwaway", terms=((term, 0.5),), expert_bias_update_rate=RATE)
+    )
+
+
+def check_parity(arch: str, objective: Objective) -> None:
+    """Megatron's router under ``objective`` against the local backend's gate and ``routing.core``:
+    routing map, gate weights, gradients, each router term's logged value, the expert-bias update."""
     torch.manual_seed(0)
     num_experts = 16 if arch != "qwen3_moe" else 8
     prior, spans = random_prior(num_experts), span_ids()
@@ -191,15 +218,20 @@ def test_megatron_router_matches_core_and_transformers(name, bias_in_gate_weight
         torch.testing.assert_close(
             routers[layer].weight.grad, reference["grads"][layer], rtol=1e-4, atol=1e-6
         )
-    for term, value in reference["terms"].items():
-        if term == "router_l2":
+    # Each router term's name in Megatron's MoE metrics, and how its layers combine.
+    logged = {
+        term.name: (MEGATRON_NATIVE_TERMS.get(term.name, term.name), term.layers)
+        for term, _ in objective.terms
+    }
+    for name, value in reference["terms"].items():
+        if name == "router_l2":
             continue  # a parameter-space term: its gradient is in the comparison above
-        megatron_name, combine = MEGATRON_NAMES[term]
+        megatron_name, combine = logged[name]
         per_layer = tracked[megatron_name]
         got = per_layer.sum() if combine == "sum" else per_layer.mean()
-        assert float(got) == pytest.approx(value, rel=1e-5, abs=1e-7), term
+        assert float(got) == pytest.approx(value, rel=1e-5, abs=1e-7), name
     assert {name for name, values in tracked.items() if values.any()} == {
-        MEGATRON_NAMES[t][0] for t in reference["terms"] if t != "router_l2"
+        logged[t][0] for t in reference["terms"] if t != "router_l2"
     }
 
     # Expert-bias update (deepseek_v3): Megatron's rule on its token counts equals core's on the local loads.

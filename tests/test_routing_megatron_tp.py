@@ -1,9 +1,10 @@
-"""KL-to-base and logit-L2 under tensor + sequence parallelism: two CPU ranks add up to one.
+"""The router terms Megatron's routers attach under tensor + sequence parallelism: two ranks add up to one.
 
 Two gloo processes form a tensor-parallel group of 2 with sequence parallelism; each routes
 its half of the sequence. Megatron sums the router weight's gradient over the group (the
 weight is marked ``sequence_parallel``); that sum must equal the gradient of the loss on the
-whole sequence computed directly with ``routing.core``.
+whole sequence computed directly with ``routing.core``. The terms: every registry term the
+routers attach (the span-token means KL-to-base and logit-L2), and a throwaway routed-token mean.
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 
+from tests.dag import router_terms  # noqa: E402
+from tests.test_routing_megatron import _collision_probability  # noqa: E402
+from workflow_scripts.registry import RouterTerm  # noqa: E402
 from workflow_scripts.routing import core  # noqa: E402
+from workflow_scripts.routing.megatron import MEGATRON_NATIVE_TERMS  # noqa: E402
 
 SEQ, BATCH, HIDDEN, EXPERTS, TOP_K = 8, 2, 16, 8, 2
-COEFFICIENTS = {"kl_base": 1.0, "logit_l2": 1e-2}
+TERMS = (
+    *((term, 0.1) for name, term in router_terms().items() if name not in MEGATRON_NATIVE_TERMS),
+    (RouterTerm("collision", prior=False, layers="mean"), 0.5),
+)
 
 
 def _inputs():
@@ -44,9 +52,9 @@ def _reference_grad() -> torch.Tensor:
     z = hidden.reshape(-1, HIDDEN) @ weight.T  # (S*B, E), row s*B + b
     rows = core.span_bias_per_token(prior[:, :, 0], spans).transpose(0, 1).reshape(-1, EXPERTS)
     mask = (spans.T >= 0).reshape(-1)
-    loss = COEFFICIENTS["kl_base"] * core.kl_to_base(rows, z, mask)
-    loss = loss + COEFFICIENTS["logit_l2"] * core.centered_logit_l2(z, rows, mask)
-    loss.backward()
+    layer = core.RouterLayer(z, TOP_K, "softmax", torch.ones_like(mask), rows, mask)
+    core.ROUTER_TERM_LOSSES.setdefault("collision", _collision_probability)
+    sum(weight * core.ROUTER_TERM_LOSSES[term.name](layer) for term, weight in TERMS).backward()
     return weight.grad
 
 
@@ -83,7 +91,8 @@ def _rank(rank: int, port: int, out: str) -> None:
     hidden, weight, prior, spans = _inputs()
     with torch.no_grad():
         router.weight.copy_(weight)
-    context = MegatronRoutingContext(num_moe_layers=1, **COEFFICIENTS)
+    core.ROUTER_TERM_LOSSES.setdefault("collision", _collision_probability)
+    context = MegatronRoutingContext(num_moe_layers=1, terms=TERMS)
     install(nn.ModuleList([router]), context)
     context.set_batch(prior, sequence_parallel_slice(spans, rank, 2))
     half = SEQ // 2

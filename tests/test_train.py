@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.dag import TOY_ROWS, TRAIN_SPEC, toy_rows, toy_tokenizer  # noqa: E402
+from tests.dag import TOY_ROWS, TRAIN_SPEC, job_condition, router_terms, toy_rows, toy_tokenizer  # noqa: E402
 from workflow_scripts.modeling.batches import (  # noqa: E402
     IGNORE_INDEX,
     BatchPlan,
@@ -23,18 +23,17 @@ from workflow_scripts.modeling.batches import (  # noqa: E402
 from workflow_scripts.modeling.loop import TrainConfig, learning_rate, train  # noqa: E402
 from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.toy import build_toy_model  # noqa: E402
+from workflow_scripts.registry import job_condition as job_condition_of  # noqa: E402
 from workflow_scripts.routing.hf import find_gates  # noqa: E402
 
 MOE_LAYERS = TRAIN_SPEC.num_moe_layers
+#: Every intervention: the built-in ones and each router term of the registry.
 CONDITIONS = {
     "none": {"intervention": "none"},
-    "load_balancing": {"intervention": "load_balancing", "params": {"coefficient": 1e-2}},
     "rpb": {"intervention": "rpb", "params": {"beta": 1.0}},
     "rpb_hard": {"intervention": "rpb_hard"},
     "router_l2": {"intervention": "router_l2", "params": {"lambda": 100.0}},
-    "kl_base": {"intervention": "kl_base", "params": {"coefficient": 1e-2}},
-    "logit_l2": {"intervention": "logit_l2", "params": {"coefficient": 1e-2}},
-    "z_loss": {"intervention": "z_loss", "params": {"coefficient": 1e-3}},
+    **{name: job_condition(name, coefficient=1e-2) for name in router_terms()},
 }
 ALL_ARCHS = ("deepseek_v3", "deepseek_v2", "qwen3_moe")
 CASES = [(name, "deepseek_v3") for name in CONDITIONS] + [
@@ -147,9 +146,14 @@ def test_rpb_beta_zero_is_sft(tokenizer, examples):
 
 def test_rpb_has_no_load_balancing_and_v3_bias_frozen(tokenizer, examples):
     for name in ("rpb", "rpb_hard"):
-        assert Objective.from_condition(CONDITIONS[name]).load_balancing == 0.0
+        assert Objective.from_condition(CONDITIONS[name]).weight("load_balancing") == 0.0
     with pytest.raises(ValueError, match="no load-balancing"):
-        Objective(intervention="rpb", routing_mode="soft", beta=1.0, load_balancing=1e-3)
+        Objective(
+            intervention="rpb",
+            routing_mode="soft",
+            beta=1.0,
+            terms=((router_terms()["load_balancing"], 1e-3),),
+        )
     model = build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0)
     with torch.no_grad():
         for _, gate in find_gates(model):
@@ -230,11 +234,11 @@ def _step_loads_by_hand(model, examples, pad_token_id, plan, step):
 def test_expert_bias_update_rate_per_condition(toy_config):
     rate = 1e-3
     for name, condition in toy_config["conditions"].items():
-        objective = Objective.from_condition(condition, expert_bias_update_rate=rate)
+        objective = Objective.from_condition(job_condition_of(toy_config, name), expert_bias_update_rate=rate)
         frozen = condition["intervention"] in ("rpb", "rpb_hard")  # rpb*, within_*, global_hard
         own = condition.get("settings", {}).get("expert_bias_update_rate", rate)  # sft_frozen_bias: 0
         assert objective.expert_bias_update_rate == (0.0 if frozen else own), name
-        assert objective.load_balancing == 0.0 or not frozen
+        assert objective.weight("load_balancing") == 0.0 or not frozen
     assert toy_config["training"]["expert_bias_update_rate"] == 1e-3
     with pytest.raises(ValueError, match="bias-update"):
         Objective(intervention="rpb", routing_mode="soft", beta=1.0, expert_bias_update_rate=1e-3)
@@ -446,7 +450,8 @@ def test_load_balancing_and_z_loss_sum_over_layers_kl_terms_average():
     mask[-2:] = False
     spans = torch.tensor([[-1, 0, 0, 0, 1, 1, 1, 1, -1, -1]])
     prior = torch.distributions.Dirichlet(torch.ones(experts)).sample((1, 2, layers))
-    objective = Objective(load_balancing=1e-3, z_loss=1e-3, kl_base=1.0, logit_l2=1e-2)
+    weights = {"load_balancing": 1e-3, "z_loss": 1e-3, "kl_base": 1.0, "logit_l2": 1e-2}
+    objective = Objective(terms=tuple((router_terms()[name], weight) for name, weight in weights.items()))
     for arch in ("deepseek_v3", "qwen3_moe"):
         terms = objective.data_terms(arch, logits, indices, mask, spans, prior)
         lbl = [

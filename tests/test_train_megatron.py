@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.dag import TRAIN_SPEC as SPEC
-from tests.dag import toy_rows, toy_tokenizer
+from tests.dag import job_conditions, toy_rows, toy_tokenizer
 from workflow_scripts.errors import UserInputError
 from workflow_scripts.modeling.objective import Objective
 from workflow_scripts.modeling.tokenizer import answer_span_mask
@@ -31,8 +31,9 @@ RPB_FAMILY = {"rpb", "rpb_hard"}
 def test_every_condition_sets_balancing_and_bias_update_explicitly(paper_config, model):
     training = paper_config["training"]
     rate = training["expert_bias_update_rate"]
+    jobs = job_conditions(paper_config)
     for name, condition in paper_config["conditions"].items():
-        objective = Objective.from_condition(condition, expert_bias_update_rate=rate)
+        objective = Objective.from_condition(jobs[name], expert_bias_update_rate=rate)
         fields = model_settings(objective, training)
         intervention = condition["intervention"]
         if intervention == "load_balancing":

@@ -35,6 +35,7 @@ from megatron.core.optimizer.optimizer import FP32Optimizer, MixedPrecisionOptim
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 
 from tests.dag import TRAIN_SPEC as SPEC  # noqa: E402
+from tests.dag import job_conditions  # noqa: E402
 from tests.megatron_env import init_cpu_megatron  # noqa: E402
 from tests.megatron_settings_table import paper_config  # noqa: E402
 from tests.test_train_megatron_data import ROWS, SEQUENCE_LENGTH, FamilyRun, toy_training  # noqa: E402
@@ -47,7 +48,7 @@ from workflow_scripts.train.megatron.settings import bridge_config  # noqa: E402
 from workflow_scripts.train.megatron.spans import row_ids, span_table  # noqa: E402
 from workflow_scripts.train.megatron.step import make_forward_step, routing_context  # noqa: E402
 
-CONDITIONS = paper_config()["conditions"]
+CONDITIONS = job_conditions(paper_config())
 #: Every condition on Moonlight's architecture and template; on the other two families the
 #: conditions whose step reads the prior rows and spans (their templates do not end like the toy's).
 CASES = [("moonlight", name) for name in CONDITIONS] + [
@@ -145,7 +146,7 @@ def test_forward_step_trains_every_condition_on_bridges_micro_batches(
         iterator, _ = prepare_finetuning_batch(iter([global_batch]), micro_batches, SEQUENCE_LENGTH)
         for micro in np.split(rows, micro_batches):
             output, loss_fn = forward_step(state, iterator, model)
-            assert context.active == context.needs_prior
+            assert context.has_batch == context.needs_prior
             if context.needs_prior:  # the prior rows of the micro-batch's own samples, from its metadata
                 assert torch.equal(context._prior, torch.from_numpy(prior[micro].astype(np.float32)))
             loss, tokens, _ = loss_fn(output)

@@ -41,6 +41,7 @@ bridge_cpu.install()  # Bridge imports Transformer Engine unguarded in one place
 from megatron.core.pipeline_parallel import schedules  # noqa: E402
 from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler  # noqa: E402
 
+from tests.dag import job_condition, router_terms  # noqa: E402
 from tests.megatron_env import build_router, init_cpu_megatron  # noqa: E402
 from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.routing.megatron import MegatronRoutingContext, install  # noqa: E402
@@ -53,12 +54,9 @@ pytestmark = pytest.mark.megatron
 VOCAB, HIDDEN, EXPERTS, TOP_K, LAYERS = 40, 16, 8, 2, 2
 ROWS, SEQ, MICRO_BATCHES, STEPS = 8, 14, 4, 2
 LR = 1e-2
-#: The local backend's conditions with an auxiliary term or a routing override.
+#: Every router term of the registry, and the routing overrides.
 CONDITIONS = {
-    "lbl": {"intervention": "load_balancing", "params": {"coefficient": 0.1}},
-    "zloss": {"intervention": "z_loss", "params": {"coefficient": 0.1}},
-    "kl_base": {"intervention": "kl_base", "params": {"coefficient": 1.0}},
-    "logit_l2": {"intervention": "logit_l2", "params": {"coefficient": 0.1}},
+    **{name: job_condition(name, coefficient=0.1) for name in router_terms()},
     "rpb": {"intervention": "rpb", "params": {"beta": 1.0}},
     "rpb_hard": {"intervention": "rpb_hard"},
 }

@@ -61,7 +61,7 @@ def test_every_condition_config_gives_megatron_the_values_of_f6_and_the_registry
     config = paper_config()
     training = config["training"]
     for name, condition in config["conditions"].items():
-        cfg = build(bases[model], condition, config, tmp_path)
+        cfg = build(bases[model], name, config, tmp_path)
         values = effective_settings(cfg)
         for key, expected in {**F6, **F1}.items():
             assert values[key] == expected, (name, key, values[key])
@@ -119,7 +119,7 @@ def test_bridge_keeps_only_the_newest_checkpoint_after_a_save(bases, tmp_path):
     from megatron.bridge.training.checkpointing import cleanup_old_non_persistent_checkpoint
 
     config = paper_config()
-    cfg = build(bases["moonlight"], config["conditions"]["rpb"], config, tmp_path)
+    cfg = build(bases["moonlight"], "rpb", config, tmp_path)
     save = tmp_path / "checkpoints"
     for iteration in (100, 200, 300):
         (save / f"iter_{iteration:07d}").mkdir(parents=True)
@@ -137,7 +137,7 @@ def test_bridge_samples_five_epochs_cut_per_epoch_plus_two_steps(bases, tmp_path
     from megatron.bridge.data.samplers import MegatronPretrainingBatchSampler
 
     config = paper_config()
-    cfg = build(bases["moonlight"], config["conditions"]["sft"], config, tmp_path)
+    cfg = build(bases["moonlight"], "sft", config, tmp_path)
     gbs = cfg.train.global_batch_size
     sampler = MegatronPretrainingBatchSampler(
         total_samples=NUM_ROWS,
@@ -178,7 +178,7 @@ def test_toy_precision_trains_in_fp32_and_the_vocabulary_is_the_bases(bases, mod
 
     config = paper_config()
     config["training"]["precision"] = "fp32"
-    cfg = build(bases[model], config["conditions"]["sft"], config, tmp_path)
+    cfg = build(bases[model], "sft", config, tmp_path)
     assert cfg.mixed_precision is None
     assert (cfg.optimizer.bf16, cfg.optimizer.fp16) == (False, False)
     vocab = json.loads((bases[model] / "config.json").read_text())["vocab_size"]
@@ -186,5 +186,5 @@ def test_toy_precision_trains_in_fp32_and_the_vocabulary_is_the_bases(bases, mod
     assert cfg.model.vocab_size == vocab and not cfg.tokenizer.use_tokenizer_vocab_size
     assert _validate_and_set_vocab_size(cfg.model.vocab_size, len(tokenizer)) == (vocab, False)
     config["training"]["precision"] = "bf16"
-    cfg = build(bases[model], config["conditions"]["sft"], config, tmp_path)
+    cfg = build(bases[model], "sft", config, tmp_path)
     assert cfg.mixed_precision == "bf16_mixed" and cfg.optimizer.bf16 is True

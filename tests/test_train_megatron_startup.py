@@ -48,7 +48,7 @@ def test_bridge_loads_moonlights_tokenizer_as_its_remote_code(tmp_path):
     model = build_toy_model("deepseek_v3", TRAIN_SPEC, tokenizer, 0, model_vocab_size(tokenizer))
     save_toy_base(model, tokenizer, tmp_path / "base")
     config = paper_config()
-    cfg = build(tmp_path / "base", config["conditions"]["rpb"], config, tmp_path)
+    cfg = build(tmp_path / "base", "rpb", config, tmp_path)
     bridges = build_tokenizer(cfg.tokenizer)._tokenizer.tokenizer
     assert type(bridges).__name__ == "TikTokenTokenizer" and not bridges.is_fast
     chat = [{"role": "user", "content": prompts[0]}, {"role": "assistant", "content": answers[0]}]

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.megatron
 
 import torch  # noqa: E402
 
-from tests.dag import toy_rows, toy_tokenizer  # noqa: E402
+from tests.dag import job_condition, toy_rows, toy_tokenizer  # noqa: E402
 from workflow_scripts.modeling.objective import Objective  # noqa: E402
 from workflow_scripts.modeling.tokenizer import answer_span_mask  # noqa: E402
 from workflow_scripts.routing.core import prior_to_bias, span_bias_per_token  # noqa: E402
@@ -61,9 +61,7 @@ def test_sequence_parallel_ranks_together_hold_the_whole_micro_batch_in_router_o
 
 def test_without_sequence_parallelism_every_rank_routes_the_whole_sequence(micro_batch):
     batch, prior, table, rows, full_spans = micro_batch
-    objective = Objective.from_condition(
-        {"intervention": "kl_base", "params": {"coefficient": 1.0}, "prior": "base"}
-    )
+    objective = Objective.from_condition(job_condition("kl_base", "base", coefficient=1.0))
     context = routing_context(objective, LAYERS)
     set_micro_batch(context, batch, prior, table, tp_rank=1, tp_size=2, sequence_parallel=False)
     mask = context.span_mask(torch.device("cpu"))
@@ -74,7 +72,7 @@ def test_conditions_without_a_prior_clear_the_context(micro_batch):
     batch, prior, table, _, _ = micro_batch
     context = routing_context(Objective.from_condition({"intervention": "none"}), LAYERS)
     set_micro_batch(context, batch, None, table, 0, 1, sequence_parallel=False)
-    assert not context.active
+    assert not context.has_batch
     rpb = routing_context(
         Objective.from_condition({"intervention": "rpb", "params": {"beta": 1.0}, "prior": "base"}), LAYERS
     )

@@ -33,12 +33,6 @@ TRAINING_KEYS = (
     "optimizer",
     "schedule",
 )
-CONDITION_KEYS = (
-    "intervention",
-    "params",
-    "settings",
-    "prior",
-)  # modeling/objective.py Objective.from_condition
 RETENTION_KEYS = (  # probe/cli.py run_retention
     "divergence_log_base",
     "null_model",
@@ -70,6 +64,11 @@ def config_slice(section: Mapping[str, Any], keys: Iterable[str]) -> str:
     when one of them changes, never for another key of the same section.
     """
     return json.dumps({key: section[key] for key in keys if key in section}, sort_keys=True)
+
+
+def condition_slice(config: Mapping[str, Any], condition: str) -> str:
+    """What a training job reads of ``condition`` (``registry.job_condition``), as JSON."""
+    return json.dumps(registry.job_condition(config, condition), sort_keys=True)
 
 
 def config_files(loaded: Iterable[str | Path], overlays: Iterable[str | Path], cwd: Path) -> list[str]:
@@ -134,10 +133,12 @@ def corpus_spec(config: Mapping[str, Any], corpus: str) -> str:
 
 
 def toy_pretraining(config: Mapping[str, Any], model: str) -> str:
-    """The toy_base section for one model, as JSON: its own load-balancing weight, no other model's."""
+    """The toy_base section for one model, as JSON: its own load-balancing weight, no other model's,
+    and the load-balancing term's declaration (``router_terms``)."""
     settings = dict(config["toy_base"])
     by_model = settings.pop("lbl_coefficient_by_model", {})
     settings["lbl_coefficient"] = by_model.get(model, settings["lbl_coefficient"])
+    settings["lbl_term"] = registry.router_terms(config)["load_balancing"].declaration()
     return json.dumps(settings, sort_keys=True)
 
 
@@ -264,7 +265,7 @@ def training_arguments(
 ) -> str:
     """What a Megatron run reads and where it resumes, as arguments: its claim (binding the work
     folder to the run's settings and inputs, train/megatron/resume.py) and its training take the same."""
-    condition = config_slice(config["conditions"][wildcards["condition"]], CONDITION_KEYS)
+    condition = condition_slice(config, wildcards["condition"])
     training = run_training(config["training"], wildcards["condition"])
     work = layout.rule_path(
         "megatron_work", **{key: wildcards[key] for key in ("model", "corpus", "condition", "seed")}

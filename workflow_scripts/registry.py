@@ -24,17 +24,92 @@ from typing import Any
 
 from workflow_scripts.errors import UserInputError
 
-# Parameters each intervention needs, and whether it reads a prior tensor.
-INTERVENTION_PARAMS: dict[str, tuple[str, ...]] = {
+#: The interventions that are not router terms, and the parameters each needs; every router term
+#: (config ``router_terms``) is an intervention too, of one parameter, its ``coefficient``.
+BUILT_IN_INTERVENTIONS: dict[str, tuple[str, ...]] = {
     "none": (),
-    "load_balancing": ("coefficient",),
     "rpb": ("beta",),
     "rpb_hard": (),
     "router_l2": ("lambda",),
-    "kl_base": ("coefficient",),
-    "logit_l2": ("coefficient",),
-    "z_loss": ("coefficient",),
 }
+#: Built-in interventions that read a prior (a router term reads one where it declares ``prior``).
+PRIOR_ROUTING = frozenset({"rpb", "rpb_hard"})
+#: How a router term's per-layer values combine over the MoE layers.
+LAYER_REDUCTIONS = ("sum", "mean")
+
+
+@dataclass(frozen=True)
+class RouterTerm:
+    """One auxiliary router loss of the registry (``router_terms``), the same on both backends.
+
+    Per MoE layer, ``routing.core.ROUTER_TERM_LOSSES[name]`` computes it from that layer's
+    ``routing.core.RouterLayer``; ``layers`` says how the layers' values combine (``sum``, as
+    Megatron-Core adds its own router losses, or ``mean``); with ``prior`` the term reads the
+    frozen-base prior row of each token's span and is a mean over span tokens, without it a mean
+    over routed (non-padding) tokens. A condition adds ``coefficient`` times the term.
+    """
+
+    name: str
+    prior: bool
+    layers: str
+
+    @classmethod
+    def from_config(cls, name: str, entry: Mapping[str, Any]) -> RouterTerm:
+        """``router_terms.<name>`` of the config (or of a job's ``--condition``), checked."""
+        term = cls(name, bool(entry.get("prior", False)), entry["layers"])
+        if term.layers not in LAYER_REDUCTIONS:
+            raise RegistryError(
+                f"router_terms.{name}.layers: {term.layers!r} is not one of {LAYER_REDUCTIONS}"
+            )
+        return term
+
+    def declaration(self) -> dict[str, Any]:
+        """The config entry this term was read from (``from_config``'s inverse)."""
+        return {"prior": self.prior, "layers": self.layers}
+
+
+#: The router terms Megatron-Core computes itself (``routing.megatron.MEGATRON_NATIVE_TERMS``), as it
+#: computes them: declared otherwise, the local backend would train another loss than Megatron.
+MEGATRON_COMPUTED_TERMS = {
+    "load_balancing": RouterTerm("load_balancing", prior=False, layers="sum"),
+    "z_loss": RouterTerm("z_loss", prior=False, layers="sum"),
+}
+
+
+def router_terms(config: Mapping[str, Any]) -> dict[str, RouterTerm]:
+    """The registry's router terms by name."""
+    return {name: RouterTerm.from_config(name, entry) for name, entry in config["router_terms"].items()}
+
+
+#: The keys of a condition a training job reads (``modeling.objective.Objective.from_condition``).
+CONDITION_KEYS = ("intervention", "params", "settings", "prior")
+
+
+def job_condition(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """What a training job reads of condition ``name``: its ``CONDITION_KEYS`` and, where its
+    intervention is a router term, that term's declaration as ``term``.
+
+    The declaration travels with the job, so a job reruns when its term's definition changes.
+    """
+    condition = config["conditions"][name]
+    read = {key: copy.deepcopy(condition[key]) for key in CONDITION_KEYS if key in condition}
+    if condition["intervention"] in config["router_terms"]:
+        read["term"] = router_terms(config)[condition["intervention"]].declaration()
+    return read
+
+
+def intervention_params(config: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Every intervention a condition may name, with the parameters it needs."""
+    return {**BUILT_IN_INTERVENTIONS, **{name: ("coefficient",) for name in config["router_terms"]}}
+
+
+def reads_prior(config: Mapping[str, Any], intervention: str) -> bool:
+    """Whether a condition of ``intervention`` reads a prior tensor."""
+    if intervention in config["router_terms"]:
+        return router_terms(config)[intervention].prior
+    return intervention in PRIOR_ROUTING
+
+
 # The registry files of a checkout (relative to its root) and the schema they are validated against.
 CONFIG_FILE = "config.yaml"
 TOY_OVERLAY = "profiles/local/toy.yaml"
@@ -43,7 +118,6 @@ REHEARSAL_OVERLAY = "profiles/rehearsal/rehearsal.yaml"  # over config.yaml: the
 #: The config section of the rehearsal's default target (present only under REHEARSAL_OVERLAY).
 REHEARSAL = "rehearsal"
 SCHEMA = Path(__file__).parent / "schemas" / "config.schema.json"
-PRIOR_INTERVENTIONS = frozenset({"rpb", "rpb_hard", "kl_base", "logit_l2"})
 BASE = "base"
 #: A user's own checkpoint (config key ``own_checkpoints``) runs as ``own/{name}``: evaluated once
 #: like the base, probed on its corpus like a trained run, and tabled in ``OWN_TABLE``.
@@ -133,11 +207,24 @@ def _known(kind: str, value: str, known: Mapping[str, Any], where: str) -> None:
 
 
 def _check_conditions(config: Mapping[str, Any]) -> None:
+    for name in config["router_terms"]:
+        if name in BUILT_IN_INTERVENTIONS:
+            raise RegistryError(f"router_terms.{name}: the name of a built-in intervention")
+    for name, term in router_terms(config).items():
+        computed = MEGATRON_COMPUTED_TERMS.get(name)
+        if computed is not None and term != computed:
+            raise RegistryError(
+                f"router_terms.{name}: {term.declaration()} would train the local backend on another loss "
+                f"than the Megatron backend, where Megatron-Core computes {name} itself as "
+                f"{computed.declaration()}"
+            )
+    known = intervention_params(config)
     for name, condition in config["conditions"].items():
         where = f"conditions.{name}"
         intervention = condition["intervention"]
+        _known("intervention", intervention, known, f"{where}.intervention")
         params = condition.get("params", {})
-        needed = INTERVENTION_PARAMS[intervention]
+        needed = known[intervention]
         for key in needed:
             if key not in params:
                 raise RegistryError(f"{where}.params: intervention {intervention!r} needs {key!r}")
@@ -145,9 +232,9 @@ def _check_conditions(config: Mapping[str, Any]) -> None:
             if key not in needed:
                 raise RegistryError(f"{where}.params.{key}: not a parameter of intervention {intervention!r}")
         has_prior = "prior" in condition
-        if intervention in PRIOR_INTERVENTIONS and not has_prior:
+        if reads_prior(config, intervention) and not has_prior:
             raise RegistryError(f"{where}: intervention {intervention!r} needs a 'prior'")
-        if intervention not in PRIOR_INTERVENTIONS and has_prior:
+        if not reads_prior(config, intervention) and has_prior:
             raise RegistryError(f"{where}.prior: intervention {intervention!r} reads no prior")
 
 

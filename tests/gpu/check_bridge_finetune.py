@@ -166,10 +166,6 @@ def training_section(config: dict, precision: str) -> dict:
     return training
 
 
-#: The condition keys the Megatron rule passes (rules/common.smk ``CONDITION_KEYS``).
-CONDITION_KEYS = ("intervention", "params", "settings", "prior")
-
-
 def arithmetic_split(rows: int) -> dict[str, list]:
     """A small (row_id, prompt, answer) split the toy tokenizer reads: sums with their worked answer."""
     rng = np.random.default_rng(0)
@@ -185,7 +181,12 @@ class Check:
     """The check's paths and the commands it runs, each the product's CLI as its rule runs it."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from workflow_scripts.registry import load_config, shipped_config_files, toy_model_sizes
+        from workflow_scripts.registry import (
+            job_condition,
+            load_config,
+            shipped_config_files,
+            toy_model_sizes,
+        )
 
         self.args = args
         config = load_config(shipped_config_files(ROOT, toy=True))
@@ -196,9 +197,8 @@ class Check:
         self.pretrain = {**config["toy_base"], "steps": PRETRAIN_STEPS}
         self.pretrain.pop("lbl_coefficient_by_model", None)
         self.conditions = {
-            name: {key: value for key, value in config["conditions"][name].items() if key in CONDITION_KEYS}
-            for name in CONDITIONS
-        }
+            name: job_condition(config, name) for name in CONDITIONS
+        }  # as the rule passes them
         self.training = training_section(config, args.precision)
         self.prior_batch = int(config["prior"]["batch_size"])
         work = Path(args.work).resolve()

@@ -1,9 +1,10 @@
 """What a registry condition adds to the cross-entropy of post-training, for both backends.
 
-An ``Objective`` says which gate override to attach (RPB soft with ``beta``, RPB-hard) and
-computes the auxiliary terms from the per-layer UNBIASED router logits. Layers combine as
-Megatron-Core combines them, so the local and Megatron backends train on the same loss
-(``Objective`` has the details).
+An ``Objective`` says which gate override to attach (RPB soft with ``beta``, RPB-hard), which
+router terms (the registry's ``router_terms``, computed by ``routing.core.ROUTER_TERM_LOSSES``)
+to add with which coefficient, and Router-L2's strength. The local backend combines the terms'
+per-layer values here (``data_terms``); the Megatron backend's routers attach the same functions
+per layer (``routing.megatron``), so both train on the same loss.
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ import torch
 from torch import Tensor
 
 from workflow_scripts.families import family
-from workflow_scripts.registry import INTERVENTION_PARAMS
+from workflow_scripts.registry import BUILT_IN_INTERVENTIONS, RouterTerm
 from workflow_scripts.routing import core
 
 #: Hook mode of the interventions that bias the gates during training.
 ROUTING_MODES = {"rpb": "soft", "rpb_hard": "hard"}
-DATA_TERMS = ("load_balancing", "kl_base", "logit_l2", "z_loss")
-#: Data terms summed over MoE layers (Megatron attaches them per layer); the others are layer means.
-LAYER_SUMMED_TERMS = ("load_balancing", "z_loss")
 
 
 def disables_router_balancing(intervention: str) -> bool:
@@ -36,22 +34,24 @@ def disables_router_balancing(intervention: str) -> bool:
 
 
 def router_probabilities(architecture: str, logits: Tensor) -> Tensor:
-    """Per-token router distribution (fp32): the family's sigmoid scores normalised over the experts
-    (deepseek_v3), or its softmax."""
-    z = logits.float()
-    if family(architecture).score_function == "sigmoid":
-        scores = z.sigmoid()
-        return scores / scores.sum(dim=-1, keepdim=True)
-    return z.softmax(dim=-1)
+    """Per-token router distribution of ``architecture``'s router (``core.router_probabilities``)."""
+    return core.router_probabilities(family(architecture).score_function, logits)
+
+
+def combine_layers(term: RouterTerm, values: Sequence[Tensor]) -> Tensor:
+    """A term's per-layer values combined as it declares (``RouterTerm.layers``)."""
+    stacked = torch.stack(list(values))
+    return stacked.sum() if term.layers == "sum" else stacked.mean()
 
 
 @dataclass(frozen=True)
 class Objective:
-    """Hook mode and auxiliary coefficients of one training condition (0 = term absent).
+    """Hook mode, router terms and Router-L2 strength of one training condition.
 
-    Combining layers. ``load_balancing`` and ``z_loss`` are SUMMED over the MoE layers, each
-    layer's value times the coefficient, as Megatron-Core does: every ``TopKRouter`` attaches
-    its own ``coeff * loss`` to its activations through ``MoEAuxLossAutoScaler``
+    Combining layers. Each router term says how its per-layer values combine
+    (``RouterTerm.layers``): ``load_balancing`` and ``z_loss`` are SUMMED over the MoE layers,
+    each layer's value times the coefficient, as Megatron-Core does: every ``TopKRouter``
+    attaches its own ``coeff * loss`` to its activations through ``MoEAuxLossAutoScaler``
     (``router.py``: ``attach_and_log_load_balancing_loss``, ``apply_z_loss``), whose backward
     injects a gradient of 1 (times the micro-batch scale) for each layer, so the layers' losses
     add up; the coefficient is not divided by the number of layers (core 0.16.1, 0.19.0 and
@@ -62,15 +62,13 @@ class Objective:
     enters the loss. ``kl_base`` and ``logit_l2`` (§3.3, paper-specific, no Megatron
     counterpart) are means over MoE layers, like Router-L2's ``mean_l`` of eq. (5).
 
-    * ``load_balancing`` (coefficient): ``routing.core.load_balancing_loss`` on the router
-      probabilities (softmax of the logits; for the sigmoid router of deepseek_v3 the sigmoid
-      scores normalised over experts) and their plain top-k, as Megatron-Core counts it
-      (``compute_routing_scores_for_aux_loss``: no expert bias, no group limit), so the two
-      backends give the same loss even where the correction bias changes the selection.
-    * ``kl_base`` / ``logit_l2`` (coefficient): against the RAW prior rows of each token's
-      span; tokens without a span are left out.
-    * ``z_loss`` (coefficient).
-    * ``router_l2`` (lambda): gate weights against an fp32 snapshot of the frozen base.
+    * ``load_balancing`` is computed on the router probabilities and their plain top-k, as
+      Megatron-Core counts it (no expert bias, no group limit), so the two backends give the
+      same loss even where the correction bias changes the selection.
+    * ``kl_base`` / ``logit_l2`` read the RAW prior rows of each token's span; tokens without a
+      span are left out.
+    * ``router_l2`` (lambda): gate weights against an fp32 snapshot of the frozen base, once per
+      optimizer step (a parameter-space term, not a router term).
 
     Correction bias. Routers with an expert (correction) bias, the deepseek_v3 gate's
     ``e_score_correction_bias`` (Moonlight), keep the auxiliary-loss-free bias-update rule
@@ -89,11 +87,9 @@ class Objective:
     intervention: str = "none"
     routing_mode: str | None = None
     beta: float = 0.0
-    load_balancing: float = 0.0
+    #: ``(term, coefficient)`` of each router term the condition adds.
+    terms: tuple[tuple[RouterTerm, float], ...] = ()
     router_l2: float = 0.0
-    kl_base: float = 0.0
-    logit_l2: float = 0.0
-    z_loss: float = 0.0
     clip_eps: float = core.DEFAULT_CLIP_EPS
     clip_c: float = core.DEFAULT_CLIP_C
     bias_in_gate_weights: bool = True
@@ -102,8 +98,14 @@ class Objective:
     def __post_init__(self) -> None:
         if self.expert_bias_update_rate < 0:
             raise ValueError(f"expert_bias_update_rate must be >= 0, got {self.expert_bias_update_rate}")
+        unknown = [term.name for term, _ in self.terms if term.name not in core.ROUTER_TERM_LOSSES]
+        if unknown:
+            raise ValueError(
+                f"router terms {unknown} have no function in routing.core.ROUTER_TERM_LOSSES "
+                f"(known: {sorted(core.ROUTER_TERM_LOSSES)})"
+            )
         off = self.routing_mode is not None or disables_router_balancing(self.intervention)
-        if off and self.load_balancing:
+        if off and self.weight("load_balancing"):
             raise ValueError(f"{self.intervention}: RPB runs carry no load-balancing term (Appendix F.6)")
         if off and self.expert_bias_update_rate:
             raise ValueError(
@@ -119,7 +121,8 @@ class Objective:
         bias_in_gate_weights: bool = True,
         expert_bias_update_rate: float = 0.0,
     ) -> Objective:
-        """Build from a registry condition ``{intervention, params: {beta|coefficient|lambda}}``.
+        """Build from a job's condition (``registry.job_condition``): ``{intervention, params,
+        settings}``, and ``term``, the router term's declaration, where the intervention is one.
 
         ``clip_eps``/``clip_c``/``bias_in_gate_weights`` are the ``prior`` settings of the config;
         ``expert_bias_update_rate`` is ``training.expert_bias_update_rate``, kept for every
@@ -128,8 +131,14 @@ class Objective:
         update frozen, RPB with the bias in selection only).
         """
         intervention = condition.get("intervention")
-        if intervention not in INTERVENTION_PARAMS:
-            raise ValueError(f"unknown intervention {intervention!r}; known: {sorted(INTERVENTION_PARAMS)}")
+        term = RouterTerm.from_config(intervention, condition["term"]) if "term" in condition else None
+        if term is None and intervention not in BUILT_IN_INTERVENTIONS:
+            raise ValueError(
+                f"unknown intervention {intervention!r}: neither built-in ({sorted(BUILT_IN_INTERVENTIONS)}) "
+                "nor a router term (the condition carries no 'term')"
+            )
+        if term is not None and intervention in BUILT_IN_INTERVENTIONS:
+            raise ValueError(f"intervention {intervention!r} is built in, not a router term")
         settings = condition.get("settings") or {}
         if settings.get("expert_bias_update_rate") and disables_router_balancing(intervention):
             raise ValueError(f"{intervention}: RPB runs freeze the router bias-update rule (Appendix F.6)")
@@ -138,7 +147,7 @@ class Objective:
         bias_in_gate_weights = settings.get("bias_in_gate_weights", bias_in_gate_weights)
         expert_bias_update_rate = settings.get("expert_bias_update_rate", expert_bias_update_rate)
         params = dict(condition.get("params") or {})
-        needed = INTERVENTION_PARAMS[intervention]
+        needed = ("coefficient",) if term is not None else BUILT_IN_INTERVENTIONS[intervention]
         if set(params) != set(needed):
             raise ValueError(
                 f"intervention {intervention!r} takes params {list(needed)}, got {sorted(params)}"
@@ -155,19 +164,25 @@ class Objective:
         if intervention in ROUTING_MODES:
             fields["routing_mode"] = ROUTING_MODES[intervention]
             fields["beta"] = float(params.get("beta", 0.0))
-        elif intervention != "none":  # the field named like the intervention holds its weight
-            fields[intervention] = float(params[needed[0]])
+        elif intervention == "router_l2":
+            fields["router_l2"] = float(params["lambda"])
+        elif term is not None:
+            fields["terms"] = ((term, float(params["coefficient"])),)
         return cls(**fields)
+
+    def weight(self, name: str) -> float:
+        """The coefficient of router term ``name`` (0 when the condition does not add it)."""
+        return sum((coefficient for term, coefficient in self.terms if term.name == name), 0.0)
 
     @property
     def needs_prior(self) -> bool:
-        """Whether the condition reads a prior (hook rows or span-level targets)."""
-        return self.routing_mode is not None or bool(self.kl_base or self.logit_l2)
+        """Whether the condition reads a prior (hook rows or a router term's span-level targets)."""
+        return self.routing_mode is not None or any(term.prior for term, _ in self.terms)
 
     def coefficients(self) -> dict[str, float]:
-        """``{term name: weight}`` of the terms present."""
-        names = (*DATA_TERMS, "router_l2")
-        return {name: getattr(self, name) for name in names if getattr(self, name)}
+        """``{term name: weight}`` of the terms present (router terms and Router-L2)."""
+        weights = {term.name: coefficient for term, coefficient in self.terms if coefficient}
+        return weights | ({"router_l2": self.router_l2} if self.router_l2 else {})
 
     def data_terms(
         self,
@@ -178,10 +193,7 @@ class Objective:
         span_ids: Tensor,
         prior_rows: Tensor | None,
     ) -> dict[str, Tensor]:
-        """Unweighted data-dependent terms of one micro-batch, combined over MoE layers.
-
-        ``load_balancing`` and ``z_loss`` are sums over the MoE layers (Megatron-Core attaches
-        one loss per layer, see ``Objective``); ``kl_base`` and ``logit_l2`` are means.
+        """Unweighted router terms of one micro-batch, each combined over MoE layers as it declares.
 
         Args:
             logits, indices: per MoE layer, ``(B*T, E)`` unbiased logits and ``(B*T, k)`` selections.
@@ -189,29 +201,23 @@ class Objective:
             span_ids: ``(B, T)`` span per token (-1: none).
             prior_rows: raw prior ``(B, 2, L, E)`` of the batch's rows, or ``None``.
         """
-        per_layer: dict[str, list[Tensor]] = {name: [] for name in DATA_TERMS if getattr(self, name)}
+        present = [term for term, coefficient in self.terms if coefficient]
+        reads_prior = any(term.prior for term in present)
+        if reads_prior and prior_rows is None:
+            raise ValueError(
+                f"{self.intervention}: its router term reads the prior, but no prior rows were given"
+            )
+        score_function = family(architecture).score_function
+        per_layer: dict[str, list[Tensor]] = {term.name: [] for term in present}
         span_mask = span_ids.reshape(-1) >= 0
         for layer, (z, chosen) in enumerate(zip(logits, indices, strict=True)):
-            if "load_balancing" in per_layer:
-                probs = router_probabilities(architecture, z)
-                counted = probs.topk(chosen.shape[-1], dim=-1).indices  # Megatron's unbiased top-k
-                per_layer["load_balancing"].append(
-                    core.load_balancing_loss(probs, counted, z.shape[-1], chosen.shape[-1], token_mask)
-                )
-            if "kl_base" in per_layer or "logit_l2" in per_layer:
-                if prior_rows is None:
-                    raise ValueError(f"{self.intervention}: kl_base / logit_l2 need prior rows")
-                rows = core.span_bias_per_token(prior_rows[:, :, layer, :], span_ids).reshape(z.shape)
-                if "kl_base" in per_layer:
-                    per_layer["kl_base"].append(core.kl_to_base(rows, z, span_mask))
-                if "logit_l2" in per_layer:
-                    per_layer["logit_l2"].append(core.centered_logit_l2(z, rows, span_mask))
-            if "z_loss" in per_layer:
-                per_layer["z_loss"].append(core.z_loss(z, token_mask))
-        return {
-            name: torch.stack(values).sum() if name in LAYER_SUMMED_TERMS else torch.stack(values).mean()
-            for name, values in per_layer.items()
-        }
+            prior = None
+            if reads_prior:
+                prior = core.span_bias_per_token(prior_rows[:, :, layer, :], span_ids).reshape(z.shape)
+            router = core.RouterLayer(z, chosen.shape[-1], score_function, token_mask, prior, span_mask)
+            for term in present:
+                per_layer[term.name].append(core.ROUTER_TERM_LOSSES[term.name](router))
+        return {term.name: combine_layers(term, per_layer[term.name]) for term in present}
 
     def parameter_terms(
         self, gate_weights: Sequence[Tensor], base_weights: Sequence[Tensor]

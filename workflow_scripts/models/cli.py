@@ -157,7 +157,11 @@ def _build_toy_base(args: argparse.Namespace, folder: Path) -> None:
         max_steps=settings["steps"],
     )
     objective = Objective.from_condition(
-        {"intervention": "load_balancing", "params": {"coefficient": settings["lbl_coefficient"]}}
+        {
+            "intervention": "load_balancing",
+            "params": {"coefficient": settings["lbl_coefficient"]},
+            "term": settings["lbl_term"],
+        }
     )
     examples = encode_rows(tokenizer, train_rows["prompt"].tolist(), train_rows["answer"].tolist(), length)
     records = train(model, examples, objective, config, settings["seed"], tokenizer.pad_token_id)

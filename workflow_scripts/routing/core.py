@@ -10,7 +10,9 @@ negative span id marks a token outside both spans: it gets no bias and no span-l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -19,6 +21,8 @@ __all__ = [
     "DEFAULT_CLIP_C",
     "DEFAULT_CLIP_EPS",
     "LOG_PRIOR_FLOOR",
+    "ROUTER_TERM_LOSSES",
+    "RouterLayer",
     "centered_logit_l2",
     "clipped_log_prior",
     "expert_bias_update",
@@ -27,6 +31,7 @@ __all__ = [
     "load_balancing_loss",
     "prior_to_bias",
     "router_l2",
+    "router_probabilities",
     "soft_bias_logits",
     "span_bias_per_token",
     "z_loss",
@@ -446,3 +451,76 @@ def expert_bias_update(expert_bias: Tensor, tokens_per_expert: Tensor, rate: flo
         mean = counts.sum(dim=-1, keepdim=True) / counts.shape[-1]  # (..., 1)
         step = torch.sign(mean - counts).to(expert_bias.dtype) * rate  # (..., E) in {-u, 0, +u}
         return expert_bias.detach() + step
+
+
+def router_probabilities(score_function: str, logits: Tensor) -> Tensor:
+    """Per-token router distribution (float32 or wider): softmax, or for a ``sigmoid`` router
+    (deepseek_v3) its sigmoid scores normalised over the experts, as Megatron-Core counts them."""
+    z = logits.to(_wide(logits.dtype))
+    if score_function == "sigmoid":
+        scores = z.sigmoid()
+        return scores / scores.sum(dim=-1, keepdim=True)
+    if score_function != "softmax":
+        raise ValueError(f"unknown router score function {score_function!r}")
+    return z.softmax(dim=-1)
+
+
+@dataclass(frozen=True)
+class RouterLayer:
+    """What one MoE layer's router holds for the router terms in one micro-batch.
+
+    Both backends build it from their router (rows are the layer's ``N`` tokens in the
+    backend's own order) and hand it to ``ROUTER_TERM_LOSSES``, so a term is written once.
+
+    Attributes:
+        logits: ``(N, E)`` unbiased router logits ``z`` (before any prior bias or expert bias).
+        top_k: ``k``.
+        score_function: ``"softmax"`` or ``"sigmoid"`` (``router_probabilities``).
+        token_mask: ``(N,)`` true on routed (non-padding) tokens.
+        prior: ``(N, E)`` raw prior row of each token's span (zeros off-span), for terms that
+            read the prior (``registry.RouterTerm.prior``); ``None`` otherwise.
+        span_mask: ``(N,)`` true on tokens with a span, with ``prior``.
+    """
+
+    logits: Tensor
+    top_k: int
+    score_function: str
+    token_mask: Tensor
+    prior: Tensor | None = None
+    span_mask: Tensor | None = None
+
+    @cached_property
+    def probabilities(self) -> Tensor:
+        """``(N, E)`` router distribution (``router_probabilities``)."""
+        return router_probabilities(self.score_function, self.logits)
+
+    def prior_rows(self) -> tuple[Tensor, Tensor]:
+        """``(prior, span_mask)``; raises for a layer built without the prior."""
+        if self.prior is None or self.span_mask is None:
+            raise ValueError(
+                "this router term reads the prior (router_terms.<name>.prior), but none was given"
+            )
+        return self.prior, self.span_mask
+
+
+def _balancing_term(layer: RouterLayer) -> Tensor:
+    """Switch loss on the probabilities and their own top-k: no expert bias or group limit,
+    as Megatron-Core counts them (``compute_routing_scores_for_aux_loss``)."""
+    probs = layer.probabilities
+    counted = probs.topk(layer.top_k, dim=-1).indices  # (N, k)
+    return load_balancing_loss(probs, counted, probs.shape[-1], layer.top_k, layer.token_mask)
+
+
+def _kl_base_term(layer: RouterLayer) -> Tensor:
+    prior, span_mask = layer.prior_rows()
+    return kl_to_base(prior, layer.logits, span_mask)
+
+
+#: Each router term of the registry (``router_terms``) as a function of one layer's router: its
+#: unweighted value for that layer. The backends weight it, combine layers and attach it.
+ROUTER_TERM_LOSSES: dict[str, Callable[[RouterLayer], Tensor]] = {
+    "load_balancing": _balancing_term,
+    "z_loss": lambda layer: z_loss(layer.logits, layer.token_mask),
+    "kl_base": _kl_base_term,
+    "logit_l2": lambda layer: centered_logit_l2(layer.logits, *layer.prior_rows()),
+}

@@ -5,6 +5,9 @@ The cluster backend of the router interventions of §3. The math lives in
 layout, its score functions and its auxiliary-loss mechanism. The subclass is swapped onto
 built routers (``install``), so parameters, checkpoints and the HF export stay the stock
 router's; auxiliary terms are rescaled to weigh as in the local backend (``aux_loss_correction``).
+Every router term of the registry runs here through one path: the terms Megatron-Core computes
+itself (``MEGATRON_NATIVE_TERMS``) through its config, any other by its ``routing.core`` function,
+attached per layer like Megatron's own losses (``PriorBiasedRouter``).
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_func
 from megatron.core.transformer.moe.router import TopKRouter
 from torch import Tensor, nn
 
+from workflow_scripts.registry import RouterTerm
 from workflow_scripts.routing.core import (
     DEFAULT_CLIP_C,
     DEFAULT_CLIP_EPS,
-    centered_logit_l2,
+    ROUTER_TERM_LOSSES,
+    RouterLayer,
     clipped_log_prior,
     hard_topk_from_prior,
-    kl_to_base,
     prior_to_bias,
     router_l2,
     soft_bias_logits,
@@ -34,6 +38,7 @@ from workflow_scripts.routing.core import (
 
 __all__ = [
     "MEGATRON_BALANCING_LOSSES",
+    "MEGATRON_NATIVE_TERMS",
     "MODES",
     "aux_loss_correction",
     "MegatronRoutingContext",
@@ -48,6 +53,9 @@ MODES = (None, "soft", "hard")
 #: The names Megatron-Core's own load-balancing losses are attached under (``aux_loss``,
 #: ``seq_aux_loss``, ``global_aux_loss``), whose token count ``PriorBiasedRouter`` corrects.
 MEGATRON_BALANCING_LOSSES = ("load_balancing_loss", "seq_load_balancing_loss", "global_load_balancing_loss")
+#: Router terms Megatron-Core computes itself (``train.megatron.settings.router_settings`` sets
+#: them), with the name it logs each under; the routers attach every other term.
+MEGATRON_NATIVE_TERMS = {"load_balancing": "load_balancing_loss", "z_loss": "z_loss"}
 
 
 def aux_loss_correction(answer_tokens: float, micro_batches: int, router_tokens: int) -> float:
@@ -96,12 +104,12 @@ class MegatronRoutingContext:
     """What the routers apply in the current micro-batch; one object shared by every router.
 
     Attributes:
-        mode: ``"soft"`` (eq. (4)), ``"hard"`` (RPB-hard) or ``None`` (stock selection; the
-            prior then only feeds ``kl_base`` / ``logit_l2``).
+        mode: ``"soft"`` (eq. (4)), ``"hard"`` (RPB-hard) or ``None`` (stock selection).
         beta: soft-mode strength.
         bias_in_gate_weights: soft mode: gate weights from ``z'`` (true) or from ``z``.
-        kl_base, logit_l2: coefficients of the §3.3 losses (0: absent).
-        num_moe_layers: ``L``, the number of MoE layers the losses are averaged over.
+        terms: ``(term, coefficient)`` of the router terms the routers attach (every term of
+            the condition but ``MEGATRON_NATIVE_TERMS``).
+        num_moe_layers: ``L``, the number of MoE layers ``mean`` terms are averaged over.
         clip_eps, clip_c: the prior clipping of eq. (3).
         aux_loss_scale: ``aux_loss_correction`` of the current micro-batch, applied to the
             gradient of every attached auxiliary loss (Megatron's and this module's).
@@ -110,8 +118,7 @@ class MegatronRoutingContext:
     mode: str | None = None
     beta: float = 0.0
     bias_in_gate_weights: bool = True
-    kl_base: float = 0.0
-    logit_l2: float = 0.0
+    terms: tuple[tuple[RouterTerm, float], ...] = ()
     num_moe_layers: int = 1
     clip_eps: float = DEFAULT_CLIP_EPS
     clip_c: float = DEFAULT_CLIP_C
@@ -123,15 +130,20 @@ class MegatronRoutingContext:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        native = [term.name for term, _ in self.terms if term.name in MEGATRON_NATIVE_TERMS]
+        if native:
+            raise ValueError(
+                f"{native}: Megatron-Core computes these itself (router_settings), not the routers"
+            )
 
     @property
     def needs_prior(self) -> bool:
-        return self.mode is not None or bool(self.kl_base or self.logit_l2)
+        return self.mode is not None or any(term.prior for term, _ in self.terms)
 
     @property
-    def active(self) -> bool:
-        """Whether the routers do anything beyond stock routing in this micro-batch."""
-        return self._span_ids is not None and self.needs_prior
+    def has_batch(self) -> bool:
+        """Whether a micro-batch's prior rows and span ids are installed."""
+        return self._span_ids is not None
 
     def set_batch(self, prior: Tensor | None, local_span_ids: Tensor | None) -> None:
         """Install a micro-batch: raw prior rows ``(B, 2, L, E)`` and local span ids ``(S_local, B)``.
@@ -202,12 +214,15 @@ class PriorBiasedRouter(TopKRouter):
     to ``N = S_local * B`` rows, row ``s * B + b``. The context holds span ids already sliced to
     ``(S_local, B)`` (``sequence_parallel_slice``) and gathers per-token rows in that order.
 
-    Losses: KL-to-base and centred logit-L2 are means over a micro-batch's span tokens and over
-    MoE layers (the local backend's ``Objective.data_terms``). Each router attaches
-    ``coefficient / L * loss_l`` like Megatron's own load-balancing loss; under sequence
-    parallelism a rank holds ``sum over its span tokens / span tokens of the whole sequence``,
-    and the tensor-parallel all-reduce of the router's gradient (the weight is marked
-    ``sequence_parallel``) sums the ranks' parts into the gradient of the mean.
+    Losses: each router term of the condition but the native ones (KL-to-base, centred
+    logit-L2, any term the registry adds) is its ``routing.core.ROUTER_TERM_LOSSES`` function of
+    this layer (the local backend's ``Objective.data_terms`` calls the same), a mean over the
+    micro-batch's span tokens (prior terms) or routed tokens. Each router attaches
+    ``coefficient * loss_l`` (``coefficient / L`` for a ``mean`` term) like Megatron's own
+    load-balancing loss; under sequence parallelism a rank holds ``sum over its tokens / tokens
+    of the whole sequence``, and the tensor-parallel all-reduce of the router's gradient (the
+    weight is marked ``sequence_parallel``) sums the ranks' parts into the gradient of the mean
+    (exact for any term that is a mean of per-token values, as every attached term is).
     Load balancing and z-loss stay Megatron's own (``moe_router_load_balancing_type``,
     ``moe_aux_loss_coeff``, ``moe_z_loss_coeff``, set per condition by the config builder),
     except for the token count Megatron's load-balancing losses are attached with under
@@ -229,20 +244,17 @@ class PriorBiasedRouter(TopKRouter):
 
     def _routing(self, logits: Tensor, padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
         context = self.rpb_context
-        if not context.active:
-            return super().routing(logits, padding_mask)
-        if context.mode is None:
+        z = logits.reshape(-1, self.config.num_moe_experts)  # (N, E), row s*B + b
+        if context.mode is None or not context.has_batch:
             probs, routing_map = super().routing(logits, padding_mask)
-            z = logits.reshape(-1, self.config.num_moe_experts)
         else:
             self._check_unbalanced()
-            z = logits.reshape(-1, self.config.num_moe_experts)  # (N, E), row s*B + b
             flat_padding = padding_mask.reshape(-1) if padding_mask is not None else None
             z = self.apply_z_loss(z, padding_mask=flat_padding)
             indices, weight_logits = self._prior_selection(z, context)
             probs, routing_map = self._score(weight_logits, precomputed_indices=indices)
             self._apply_expert_bias(routing_map, padding_mask=flat_padding)
-        return self._attach_prior_losses(probs, z, context, padding_mask), routing_map
+        return self._attach_terms(probs, z, context, padding_mask), routing_map
 
     def attach_and_log_load_balancing_loss(
         self,
@@ -328,38 +340,49 @@ class PriorBiasedRouter(TopKRouter):
         stock_indices = self._score(z, dense_output=True)[1]
         return torch.where(span.unsqueeze(-1), prior_indices, stock_indices), z
 
-    def _attach_prior_losses(
+    def _attach_terms(
         self, probs: Tensor, z: Tensor, context: MegatronRoutingContext, padding_mask: Tensor | None
     ) -> Tensor:
-        """Attach ``coefficient / L`` times KL-to-base and logit-L2 of this layer to ``probs``.
+        """Attach each router term of this layer to ``probs``: ``coefficient`` times its
+        ``routing.core`` value (divided by ``L`` for a ``mean`` term), as Megatron attaches its own.
 
         Scaled for micro-batches, data parallelism and per-token loss exactly as Megatron scales
         its load-balancing loss (``padding_mask``: true on padding, Megatron's convention).
         """
-        if not (self.training and torch.is_grad_enabled()) or not (context.kl_base or context.logit_l2):
+        if not (self.training and torch.is_grad_enabled()) or not context.terms:
             return probs
-        assert context._prior is not None
-        prior = context.token_rows(context._prior, self.rpb_layer, z.shape[0], z.device)  # (N, E)
-        span = context.span_mask(z.device)
-        share = self._local_share(span)
-        valid = None if padding_mask is None else (~padding_mask.reshape(-1).bool()).sum()
-        terms = (
-            ("kl_to_base", context.kl_base, lambda: kl_to_base(prior, z, span)),
-            ("logit_l2", context.logit_l2, lambda: centered_logit_l2(z, prior, span)),
-        )
-        for name, coefficient, loss in terms:
-            if coefficient:
-                weight = coefficient / context.num_moe_layers
-                probs = self.attach_and_log_load_balancing_loss(
-                    probs, weight, weight * loss() * share, name, self.tp_cp_group, valid_token_count=valid
+        routed = torch.ones(z.shape[0], dtype=torch.bool, device=z.device)
+        valid = None
+        if padding_mask is not None:
+            routed = ~padding_mask.reshape(-1).bool()
+            valid = routed.sum()
+        prior = span = None
+        if any(term.prior for term, _ in context.terms):
+            if not context.has_batch:
+                raise RuntimeError(
+                    "a router term reads the prior, but the forward step installed no micro-batch"
                 )
+            assert context._prior is not None
+            prior = context.token_rows(context._prior, self.rpb_layer, z.shape[0], z.device)  # (N, E)
+            span = context.span_mask(z.device)
+        layer = RouterLayer(z, self.topk, self.score_function, routed, prior, span)
+        for term, coefficient in context.terms:
+            if not coefficient:
+                continue
+            weight = coefficient / context.num_moe_layers if term.layers == "mean" else coefficient
+            share = self._local_share(span if term.prior else routed)
+            loss = weight * ROUTER_TERM_LOSSES[term.name](layer) * share
+            probs = self.attach_and_log_load_balancing_loss(
+                probs, weight, loss, term.name, self.tp_cp_group, valid_token_count=valid
+            )
         return probs
 
-    def _local_share(self, span: Tensor) -> Tensor:
-        """This rank's span tokens over the sequence's, when sequence parallelism splits the tokens."""
-        local = span.sum().float()
+    def _local_share(self, tokens: Tensor | None) -> Tensor:
+        """This rank's ``tokens`` over the sequence's, when sequence parallelism splits the tokens."""
+        assert tokens is not None
+        local = tokens.sum().float()
         if not getattr(self.weight, "sequence_parallel", False) or self.tp_cp_group.size() == 1:
-            return torch.ones((), device=span.device)
+            return torch.ones((), device=tokens.device)
         total = local.clone()
         dist.all_reduce(total, group=self.tp_cp_group)
         return local / total.clamp(min=1.0)

@@ -29,13 +29,14 @@ def router_settings(objective: Objective) -> dict[str, Any]:
     backend's ``load_balancing_loss`` reproduces), every other condition ``none``. The
     expert-bias update keeps the registry's rate except under RPB and its variants (rate 0,
     ``Objective.from_condition``). Router fusion is off: the prior-biased router calls the
-    unfused score function.
+    unfused score function. These two are ``routing.megatron.MEGATRON_NATIVE_TERMS``; the routers
+    attach every other router term themselves.
     """
-    balancing = objective.load_balancing > 0
+    balancing = objective.weight("load_balancing")
     return {
         "moe_router_load_balancing_type": "aux_loss" if balancing else "none",
-        "moe_aux_loss_coeff": objective.load_balancing if balancing else 0.0,
-        "moe_z_loss_coeff": objective.z_loss or None,
+        "moe_aux_loss_coeff": balancing,
+        "moe_z_loss_coeff": objective.weight("z_loss") or None,
         "moe_router_bias_update_rate": objective.expert_bias_update_rate,
         "moe_router_fusion": False,
         "moe_router_dtype": "fp32",

@@ -30,6 +30,7 @@ import torch
 
 from workflow_scripts.modeling.objective import Objective
 from workflow_scripts.routing.megatron import (
+    MEGATRON_NATIVE_TERMS,
     MegatronRoutingContext,
     aux_loss_correction,
     sequence_parallel_slice,
@@ -44,13 +45,15 @@ from workflow_scripts.train.megatron.spans import (
 
 
 def routing_context(objective: Objective, num_moe_layers: int) -> MegatronRoutingContext:
-    """The routers' shared context for a condition (the same ``Objective`` the local backend uses)."""
+    """The routers' shared context for a condition (the same ``Objective`` the local backend uses):
+    every router term but those Megatron-Core computes itself (``settings.router_settings``)."""
     return MegatronRoutingContext(
         mode=objective.routing_mode,
         beta=objective.beta,
         bias_in_gate_weights=objective.bias_in_gate_weights,
-        kl_base=objective.kl_base,
-        logit_l2=objective.logit_l2,
+        terms=tuple(
+            (term, weight) for term, weight in objective.terms if term.name not in MEGATRON_NATIVE_TERMS
+        ),
         num_moe_layers=num_moe_layers,
         clip_eps=objective.clip_eps,
         clip_c=objective.clip_c,
