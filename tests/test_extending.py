@@ -91,10 +91,10 @@ def test_the_local_backend_trains_the_term_from_the_registry(extended):
 def test_table3_shows_the_new_condition_as_a_row(extended):
     workdir, _ = extended
     table = (workdir / TABLE).read_text()
-    row = next(line for line in table.splitlines() if line.startswith(f"| {LABEL}"))
-    assert "—" in row  # no published value to set beside it
+    (row,) = [line for line in table.splitlines() if f"| {LABEL} |" in line]
+    assert row.startswith("| math20k |") and row.endswith("| — |")  # no published value beside it
     cells = pd.read_csv(workdir / "results" / "tables" / "table3.csv")
-    assert "collision" in set(cells["condition"])
+    assert cells.set_index("condition").loc["collision", "status"] == "unpublished"
 
 
 def test_megatron_settings_leave_the_term_to_the_routers(extended):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dag import ROOT
+from tests.dag import ROOT, router_terms
 from workflow_scripts.modeling.toy import load_local
 from workflow_scripts.routing.hf import find_gates
 
@@ -35,6 +35,7 @@ PRETRAIN = {
     "lr": 3e-3,
     "warmup_steps": 1,
     "lbl_coefficient": 1e-3,
+    "lbl_term": router_terms()["load_balancing"].declaration(),
     "seed": 0,
     "report_rows": 4,
 }

@@ -45,6 +45,7 @@ CHANGES = [
     ("training.parallelism.nodes", 2, set()),  # the Megatron backend only
     ("training.container", "envs/megatron.sif", set()),  # the Megatron rules' image
     ("conditions.sft.label", "SFT (renamed)", set()),  # tables and figures only
+    ("router_terms.kl_base.layers", "sum", set()),  # the trainings of KL-to-base conditions only
     ("benchmarks.gsm8k.name", "GSM-8K", set()),  # items read the template only
     ("evaluation.engine.dtype", "float16", set()),  # vLLM only; the toy scale generates with hf
     ("evaluation.data_parallel", 2, set()),  # vLLM only
