@@ -23,6 +23,7 @@ import yaml
 
 from tests.dag import ROOT
 from tests.hub_server import Repo, commit_of
+from workflow_scripts import dag_inputs, registry
 from workflow_scripts.chat_sources import toy
 from workflow_scripts.evaluate.items import item_count
 from workflow_scripts.evaluate.toy_benchmarks import toy_benchmark_rows
@@ -39,8 +40,10 @@ SPECS = {
                          "shared_experts": 1, "kv_lora_rank": 512, "qk_rope_head_dim": 64},
     "qwen3_30b": {**SHARED, "num_layers": 3, "first_dense_layers": 0, "num_experts": 24, "shared_experts": 0},
 }  # fmt: skip
-#: A short pretraining: the rehearsal checks the machinery, not the bases' routing structure.
-PRETRAIN = {**yaml.safe_load((ROOT / "profiles/local/toy.yaml").read_text())["toy_base"], "steps": 20}
+#: The toy registry with a short pretraining: the rehearsal checks the machinery, not the bases'
+#: routing structure.
+TOY = registry.load_config(registry.shipped_config_files(ROOT, toy=True))
+TOY["toy_base"]["steps"] = 20
 #: Rows of each training source's subsets, in its hub file layout.
 SOURCE_ROWS = {("glm51", "main"): 1500, ("glm51", "Math"): 500, ("openr1", "default"): 300}
 BENCHMARK_ROWS = 8
@@ -48,11 +51,9 @@ BENCHMARK_ROWS = 8
 
 def build_base(model: str, folder: Path, python: str = sys.executable) -> Path:
     """``models toy-base`` of ``model``'s architecture at its stand-in sizes, into ``folder``."""
-    settings = {**PRETRAIN, "lbl_coefficient": PRETRAIN["lbl_coefficient_by_model"].get(model, 0.0)}
-    settings.pop("lbl_coefficient_by_model")
     command = [
         python, "-m", "workflow_scripts", "models", "toy-base", "--architecture", ARCHITECTURES[model],
-        "--spec", json.dumps(SPECS[model]), "--pretrain", json.dumps(settings),
+        "--spec", json.dumps(SPECS[model]), "--pretrain", dag_inputs.toy_pretraining(TOY, model),
         "--out", str(folder), "--report", str(folder.with_suffix(".report.json")),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)

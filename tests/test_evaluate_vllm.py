@@ -26,6 +26,7 @@ from vllm import LLM, SamplingParams  # noqa: E402
 
 from tests.conftest import load_config  # noqa: E402
 from tests.dag import TINY_SPEC  # noqa: E402
+from workflow_scripts import dag_inputs  # noqa: E402
 from workflow_scripts.cli import main  # noqa: E402
 from workflow_scripts.evaluate.generation import (  # noqa: E402
     GENERATION_COLUMNS,
@@ -79,9 +80,10 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     The qwen3_moe base also answers in the chat format and stops with EOS after an answer.
     """
     root = tmp_path_factory.mktemp("vllm_checkpoints")
-    toy_base = load_config(toy=True)["toy_base"]
-    # A smaller corpus and routing report than the profile's: tokenizer training and the report
+    # The toy Moonlight's pretraining settings (dag_inputs.toy_pretraining: no load balancing) with
+    # a smaller corpus and routing report than the profile's: tokenizer training and the report
     # dominate the time of a short run, and neither changes what vLLM is tested on.
+    toy_base = json.loads(dag_inputs.toy_pretraining(load_config(toy=True), "moonlight"))
     pretrain = {**toy_base, "corpus_rows": {"main": 400, "Math": 200}, "report_rows": 8}
     paths = {}
     for architecture in ARCHITECTURES:
