@@ -38,7 +38,7 @@ def router_probabilities(architecture: str, logits: Tensor) -> Tensor:
     return core.router_probabilities(family(architecture).score_function, logits)
 
 
-def combine_layers(term: RouterTerm, values: Sequence[Tensor]) -> Tensor:
+def _combine_layers(term: RouterTerm, values: Sequence[Tensor]) -> Tensor:
     """A term's per-layer values combined as it declares (``RouterTerm.layers``)."""
     stacked = torch.stack(list(values))
     return stacked.sum() if term.layers == "sum" else stacked.mean()
@@ -217,7 +217,7 @@ class Objective:
             router = core.RouterLayer(z, chosen.shape[-1], score_function, token_mask, prior, span_mask)
             for term in present:
                 per_layer[term.name].append(core.ROUTER_TERM_LOSSES[term.name](router))
-        return {term.name: combine_layers(term, per_layer[term.name]) for term in present}
+        return {term.name: _combine_layers(term, per_layer[term.name]) for term in present}
 
     def parameter_terms(
         self, gate_weights: Sequence[Tensor], base_weights: Sequence[Tensor]
