@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from workflow_scripts.evaluate import call_server, calls, sandbox
+from workflow_scripts.evaluate import call_server, calls, sandbox, sandbox_launcher
 from workflow_scripts.evaluate.calls import (
     CheckFailed,
     Remote,
@@ -274,5 +274,5 @@ def test_a_reply_that_is_not_the_servers_fails_the_session():
 
 
 def test_server_constants_match_the_sandboxs():
-    assert call_server.CALL_FDS == sandbox.CALL_FDS
+    assert call_server.CALL_FDS == sandbox_launcher.CALL_FDS
     assert call_server.MESSAGE_HEADER.format == sandbox.MESSAGE_HEADER.format

@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-CALL_FDS = (3, 4)  # sandbox.CALL_FDS: messages in, replies out
+CALL_FDS = (3, 4)  # sandbox_launcher.CALL_FDS: messages in, replies out
 MESSAGE_HEADER = struct.Struct(">Q")  # sandbox.MESSAGE_HEADER: the length of the message after it
 PICKLE_PROTOCOL = 5
 # Nesting deeper than this is not sent as data: the rest goes as a reference (a cyclic list ends so).
