@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -42,6 +43,10 @@ PRELOAD = (
     "pyarrow.parquet",
     "torch",
     "transformers",
+    "networkx",
+    "igraph",
+    "leidenalg",
+    "scipy.ndimage",
     "workflow_scripts.cli",
     "workflow_scripts.modeling.toy",
     "workflow_scripts.routing.hf",
@@ -54,6 +59,7 @@ PRELOAD = (
     "workflow_scripts.evaluate.math_equivalence",
     "workflow_scripts.evaluate.livebench.scoring",
     "workflow_scripts.report.figures",
+    "workflow_scripts.report.claims",
 )
 
 
@@ -125,8 +131,10 @@ def _preload() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from workflow_scripts.cli import build_parser
     from workflow_scripts.routing.hf import _router_classes
 
+    build_parser()  # imports every stage's command-line module, which each job's parser needs
     _router_classes()  # the three architectures' transformers modules
 
 
@@ -399,6 +407,9 @@ def serve(socket_path: str, parent: int) -> None:
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
         _preload()
+        # Out of the collector's sight: a job's full collections would otherwise walk the millions of
+        # objects torch and transformers created here (0.2 s each) and copy every page they touch.
+        gc.freeze()
         server.serve()
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
