@@ -111,7 +111,7 @@ def main() -> None:
     wall = measured or wall
     busy = sum(seconds * threads for runs in jobs.values() for seconds, threads in runs)
     count = sum(len(runs) for runs in jobs.values())
-    print(f"toy default: {count} jobs in {wall:.0f} s wall ({wall / 60:.1f} min; goal <= 10 min)")
+    print(f"toy default: {count} jobs in {wall:.0f} s wall ({wall / 60:.1f} min; goal <= 5 min)")
     for rule, runs in sorted(jobs.items(), key=lambda item: -sum(s * t for s, t in item[1])):
         share = sum(s * t for s, t in runs) / busy if busy else 0.0
         mean = sum(s for s, _ in runs) / len(runs)

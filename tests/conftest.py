@@ -77,12 +77,16 @@ SHARED_ON_ONE_WORKER = ("toy_run",)
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Skip ``slurm`` and ``rehearsal`` tests unless ``-m`` names them: they need the test cluster
-    and take minutes. Under ``-n`` (``--dist loadgroup``), a module's tests stay together (its
-    module-scoped fixtures are built once) and the users of a ``SHARED_ON_ONE_WORKER`` fixture too."""
+    and take minutes. A user of a ``SHARED_ON_ONE_WORKER`` fixture is ``slow`` (it waits for minutes
+    of Snakemake), marked here so that the fast loop never builds one. Under ``-n`` (``--dist
+    loadgroup``), a module's tests stay together (its module-scoped fixtures are built once) and
+    the users of a ``SHARED_ON_ONE_WORKER`` fixture too."""
     group_of_module: dict[str, str] = {}
     for item in items:
         module = item.module.__name__
         shared = [name for name in SHARED_ON_ONE_WORKER if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.slow)
         if shared or module not in group_of_module:
             group_of_module[module] = shared[0] if shared else module
     for item in items:

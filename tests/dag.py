@@ -6,6 +6,7 @@ takes them from here rather than from another test module (conftest.py included)
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -186,7 +187,13 @@ def with_overlay(workdir: Path, overlay: dict) -> list[str]:
 
 
 def router_terms() -> dict[str, RouterTerm]:
-    """The router terms of config.yaml (``router_terms``), by name."""
+    """The router terms of config.yaml (``router_terms``), by name (a fresh dict of frozen terms)."""
+    return dict(_shipped_router_terms())
+
+
+@functools.cache
+def _shipped_router_terms() -> dict[str, RouterTerm]:
+    """Read once per process: test modules call ``router_terms`` while they are collected."""
     return registry.router_terms(yaml.safe_load((ROOT / "config.yaml").read_text()))
 
 

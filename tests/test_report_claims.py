@@ -5,6 +5,7 @@ numbers as data, the cells the DAG must declare, and the table rendered from res
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import shlex
@@ -109,8 +110,13 @@ FROZEN_CELLS = CLAIMS_CELLS[-2:]
 
 def _config(toy: bool, cells: bool = True) -> dict:
     """The shipped config as the workflow loads it (the toy's under profiles/claims, which holds the
-    claims' three seeds); with ``cells``, tables.claims lists CLAIMS_CELLS."""
-    config = copy.deepcopy(registry.load_config(registry.shipped_config_files(ROOT, toy, claims=toy)))
+    claims' three seeds); with ``cells``, tables.claims lists CLAIMS_CELLS. A fresh copy each call."""
+    return copy.deepcopy(_loaded_config(toy, cells))
+
+
+@functools.cache
+def _loaded_config(toy: bool, cells: bool) -> dict:
+    config = registry.load_config(registry.shipped_config_files(ROOT, toy, claims=toy))
     if cells:
         config["tables"]["claims"]["cells"] = copy.deepcopy(CLAIMS_CELLS)
         validate_config(config, str(SCHEMA))
@@ -119,6 +125,12 @@ def _config(toy: bool, cells: bool = True) -> dict:
 
 
 def _paper() -> dict:
+    """The paper's estimates of every claim cell (a fresh copy each call)."""
+    return copy.deepcopy(_paper_estimates())
+
+
+@functools.cache
+def _paper_estimates() -> dict:
     return paper_estimates(load_reference(REFERENCE))
 
 

@@ -131,10 +131,10 @@ def _preload() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    from workflow_scripts.cli import build_parser
     from workflow_scripts.routing.hf import _router_classes
 
-    build_parser()  # imports every stage's command-line module, which each job's parser needs
+    # Every stage's command-line module, which each job's parser imports (PRELOAD's entry point).
+    importlib.import_module("workflow_scripts.cli").build_parser()
     _router_classes()  # the three architectures' transformers modules
 
 
