@@ -3,8 +3,10 @@
 report STATUS   print its cwd, argv and $JOB_VALUE; a line on stderr; exit with STATUS
 hang PIDFILE    start a grandchild, write both pids to PIDFILE, then sleep
 raise           raise an exception
+gc              print how many objects the collector has frozen and how many it tracks
 """
 
+import gc
 import json
 import os
 import subprocess
@@ -24,3 +26,5 @@ if what == "hang":
     time.sleep(600)
 if what == "raise":
     raise RuntimeError("raised on purpose")
+if what == "gc":
+    print(json.dumps({"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}))

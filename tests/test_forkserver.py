@@ -75,6 +75,15 @@ def test_an_exception_is_a_traceback_and_status_one(server):
     assert "RuntimeError: raised on purpose" in err
 
 
+def test_a_job_leaves_the_servers_imports_to_the_collector_frozen(server):
+    """A job's full collections walk its own objects only, not torch's and transformers'."""
+    status, out, _ = finished(client(server, "tests.forkserver_job", "gc"))
+    assert status == 0
+    counts = json.loads(out)
+    assert counts["frozen"] > 100_000  # the preload's objects
+    assert counts["tracked"] < counts["frozen"] / 10
+
+
 def test_a_workflow_command_behaves_as_in_its_own_interpreter(server, tmp_path):
     """``python -m workflow_scripts`` forwards itself; output files and exit status are the same."""
 
