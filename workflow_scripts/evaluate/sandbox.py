@@ -19,25 +19,23 @@ import os
 import queue
 import resource
 import select
+import shutil
 import signal
 import stat
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-# subprocess, tempfile, shutil and concurrent.futures serve only the caller's side and are
-# imported where used: the launcher imports this module once per program, and they would add
-# tens of milliseconds to every run.
 from workflow_scripts.evaluate import sandbox_launcher as launcher
 from workflow_scripts.evaluate.sandbox_launcher import PROGRAM_NAME
-
-if TYPE_CHECKING:
-    import subprocess
 
 T = TypeVar("T")
 
@@ -297,8 +295,6 @@ def converse_all(
 def _on_workers(function: Callable[[object], T], values: Sequence[object], workers: int) -> list[T]:
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(function, values))
 
@@ -348,8 +344,6 @@ def _detected() -> tuple[Isolation, str]:
 
 def unavailable(isolation: Isolation) -> str:
     """Why ``isolation`` cannot be used here ("" when it can), by running a probe program (not cached)."""
-    import shutil
-
     if isolation is Isolation.PROCESS_GROUP:
         return ""
     if isolation is Isolation.NAMESPACES and os.geteuid() != 0:
@@ -389,8 +383,6 @@ for _slot in range(SLOTS_PER_PROCESS):
 @contextlib.contextmanager
 def _program_dir(job: Job, isolation: Isolation) -> Iterator[tuple[str, int | None]]:
     """A fresh directory holding ``job``'s program and a worker slot's uid; the directory is removed after."""
-    import tempfile
-
     slot = _SLOTS.get()
     try:
         workdir = tempfile.mkdtemp(prefix="sandbox-")
@@ -579,8 +571,6 @@ def _plan(
 
 def _launcher_command(plan: Plan, isolation: Isolation) -> list[str]:
     """The launcher's command line: ``sandbox_launcher`` imported by an isolated interpreter without site."""
-    import shutil
-
     launcher_module = launcher.__name__
     package_root = os.path.realpath(launcher.__file__)
     for _ in range(launcher_module.count(".") + 1):
@@ -604,9 +594,6 @@ def _launch(
 ) -> tuple[subprocess.Popen[bytes], int, tuple[int, int] | None, float]:
     """Start the launcher: its process, the status pipe's read end, the caller's ends of the call
     pipes (messages to write, replies to read) if ``calls``, and the start time."""
-    import subprocess
-    import tempfile
-
     status_read, status_write = os.pipe()
     program_ends: tuple[int, ...] = ()
     caller_ends = None
@@ -932,6 +919,4 @@ def _remove_tree(path: str) -> None:
             if not os.path.islink(sub):
                 with contextlib.suppress(OSError):
                     os.chmod(sub, 0o700)
-    import shutil
-
     shutil.rmtree(path)
