@@ -4,6 +4,7 @@ report STATUS   print its cwd, argv and $JOB_VALUE; a line on stderr; exit with 
 hang PIDFILE    start a grandchild, write both pids to PIDFILE, then sleep
 raise           raise an exception
 gc              print how many objects the collector has frozen and how many it tracks
+warm            print whether transformers' weight-renaming table is already built
 """
 
 import gc
@@ -28,3 +29,7 @@ if what == "raise":
     raise RuntimeError("raised on purpose")
 if what == "gc":
     print(json.dumps({"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}))
+if what == "warm":
+    from transformers import conversion_mapping
+
+    print(json.dumps(conversion_mapping._checkpoint_conversion_mapping_cache is not None))

@@ -84,6 +84,13 @@ def test_a_job_leaves_the_servers_imports_to_the_collector_frozen(server):
     assert counts["tracked"] < counts["frozen"] / 10
 
 
+def test_a_job_inherits_the_weight_renaming_table_a_first_model_load_builds(server):
+    """The 0.4 s that transformers spends on a process's first from_pretrained is the server's, once."""
+    status, out, _ = finished(client(server, "tests.forkserver_job", "warm"))
+    assert status == 0
+    assert json.loads(out) is True
+
+
 def test_a_workflow_command_behaves_as_in_its_own_interpreter(server, tmp_path):
     """``python -m workflow_scripts`` forwards itself; output files and exit status are the same."""
 

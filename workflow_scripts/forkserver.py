@@ -136,6 +136,11 @@ def _preload() -> None:
     # Every stage's command-line module, which each job's parser imports (PRELOAD's entry point).
     importlib.import_module("workflow_scripts.cli").build_parser()
     _router_classes()  # the three architectures' transformers modules
+    # A process's first from_pretrained builds transformers' table of weight renamings for every
+    # model family (thousands of regexes, 0.4 s); built here, each job that loads a model inherits it.
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    get_checkpoint_conversion_mapping("deepseek_v3")
 
 
 def _run_child(request: dict, streams: list[int], closing: Sequence[int]) -> None:
