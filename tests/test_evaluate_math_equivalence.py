@@ -6,6 +6,8 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 
 import pytest
@@ -33,6 +35,11 @@ def scripted_compare(gold: str, predicted: str) -> bool | None:
     if predicted == RAISE:
         raise RuntimeError("scripted failure")
     return verify_pair(gold, predicted)
+
+
+def forked_warm(gold: str, predicted: str) -> bool:
+    """True in a worker that started with math-verify's parsers built and none of the caller's threads."""
+    return "workflow_scripts.evaluate.math_warmup" in sys.modules and threading.active_count() == 1
 
 
 @pytest.fixture(scope="module")
@@ -260,6 +267,19 @@ def test_worker_killed_while_idle_is_restarted(scripted_checker):
     scripted_checker._process.join()
     assert scripted_checker.check("2", "2.0") == Verdict(True, "math_verify", True, True)
     assert scripted_checker.restarts == before + 1
+
+
+def test_a_worker_starts_warm_and_without_the_callers_threads():
+    """Forked from the fork server that graded one pair, not spawned, and not forked from the caller."""
+    caller_busy = threading.Event()
+    thread = threading.Thread(target=caller_busy.wait, daemon=True)
+    thread.start()
+    try:
+        for _ in range(2):  # the second checker of a process reuses the fork server
+            with MathChecker(compare=forked_warm) as warm:
+                assert warm.check("1", "2").verify_match is True
+    finally:
+        caller_busy.set()
 
 
 def test_raising_compare_falls_back_without_restart(scripted_checker):

@@ -7,9 +7,11 @@ plus GSM8K's numeric clean-up, with exact rationals compared by value (``normali
 
 math-verify enforces its timeouts with ``signal.alarm``, which only works in the main thread of a
 process, and a pathological expression can still hang SymPy. ``MathChecker`` therefore runs it in
-one long-lived worker process (spawned, so no parent threads or locks are inherited), streams pairs
-to it in batches, and waits for each verdict with its own timeout; on expiry the worker is killed
-and restarted and that pair falls back to normalised matching.
+one long-lived worker process, streams pairs to it in batches, and waits for each verdict with its
+own timeout; on expiry the worker is killed and restarted and that pair falls back to normalised
+matching. The worker is forked from multiprocessing's fork server, a fresh interpreter that imports
+this module (math-verify, SymPy) and grades one pair once per grading process (``math_warmup``): no
+threads or locks of the caller's are inherited, and a start or restart costs a fork, not that again.
 """
 
 from __future__ import annotations
@@ -345,8 +347,8 @@ class MathChecker:
     function, ``verify_pair`` by default). ``disagreements`` counts pairs where both checks gave a
     verdict and they differed; ``restarts`` counts worker restarts (timeouts and deaths).
 
-    The worker is spawned, so it re-imports the parent's main module: a script that creates a
-    checker needs an ``if __name__ == "__main__"`` guard (``python -m package`` entry points are exempt).
+    The fork server starts with a process's first checker and imports this module, not the
+    caller's main module; ``compare`` is pickled by reference, so its module must be importable.
     """
 
     def __init__(
@@ -366,7 +368,8 @@ class MathChecker:
         self._compare = compare
         self._batch_size = batch_size
         self._start_timeout_s = start_timeout_s
-        self._context = multiprocessing.get_context("spawn")
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(["workflow_scripts.evaluate.math_warmup"])
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
 
@@ -383,7 +386,7 @@ class MathChecker:
         self.close()
 
     def _start(self) -> None:
-        """Spawn the worker and wait until it has imported math-verify and is listening."""
+        """Start the worker and wait until it is listening."""
         conn, child_conn = self._context.Pipe()
         process = self._context.Process(
             target=_serve, args=(child_conn, self._compare), name="math-verify-worker", daemon=True
