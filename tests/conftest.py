@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,17 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker(marker):
                 item.add_marker(skip)
+
+
+def pytest_configure(config):
+    """No cyclic garbage collection while the test modules import torch, transformers and SciPy:
+    what they build lives until the end (``pytest_collection_finish`` turns it back on)."""
+    gc.disable()
+
+
+def pytest_collection_finish(session):
+    """Freeze what collection built, most of the heap, out of the collector's sight, so that the
+    full collections during the tests walk only the tests' own objects (the fork server does the
+    same for its jobs)."""
+    gc.freeze()
+    gc.enable()
