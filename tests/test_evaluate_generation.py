@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import PretrainedConfig
 
 from tests.dag import TINY_SPEC
 from workflow_scripts.evaluate.generation import (
@@ -144,22 +145,26 @@ def test_a_moonlight_response_ends_at_im_end_not_only_at_eos(tmp_path):
     im_end, five = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.encode("5")[0]
     assert stop_ids(tokenizer) == sorted([tokenizer.eos_token_id, im_end])
 
-    class Scripted:
+    class Scripted(torch.nn.Module):
         """A model whose every continuation is '5', <|im_end|>, then more '5's."""
 
-        config = SimpleNamespace(max_position_embeddings=4096)
+        config = PretrainedConfig(num_hidden_layers=1, max_position_embeddings=4096)
+        script = [five, im_end, five, five]
 
-        def eval(self) -> None:
-            pass
+        def forward(self, input_ids, cache, **kwargs):
+            self.steps = 0 if input_ids.shape[1] > 1 else self.steps + 1  # a prompt, or one new token
+            self.calls += 1
+            logits = torch.zeros(len(input_ids), 1, len(tokenizer))
+            logits[:, :, self.script[self.steps]] = 100.0
+            return SimpleNamespace(logits=logits)
 
-        def generate(self, input_ids, eos_token_id, **kwargs):
-            assert eos_token_id == stop_ids(tokenizer)
-            tail = torch.tensor([five, im_end, five, five]).expand(len(input_ids), 4)
-            return torch.cat([input_ids, tail], dim=1)
-
+    model = Scripted()
+    model.calls = 0
     prompts = chat_prompts(tokenizer, [[{"role": "user", "content": q}] for q in QUESTIONS])
-    for completion in generate_hf(Scripted(), tokenizer, prompts, SAMPLING, batch_size=3)[0]:
+    for completion in generate_hf(model, tokenizer, prompts, SAMPLING, batch_size=3)[0]:
         assert completion == Completion("5", 2, "stop")
+    calls = len(SAMPLING.seeds) * 2 * 2
+    assert model.calls == calls, "each repeat's two batches end at <|im_end|>, the prompt and one token on"
 
 
 def test_vllm_requests_stop_at_the_templates_turn_end():

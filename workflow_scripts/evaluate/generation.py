@@ -1,4 +1,4 @@
-"""Sampled generations behind one interface: transformers ``generate`` (CPU, toy) and vLLM (GPU, paper).
+"""Sampled generations behind one interface: transformers (CPU, toy) and vLLM (GPU, paper).
 
 Both backends take the same chat-templated prompts, tokenized the same way (no
 special tokens added: the chat template writes them), and the same ``Sampling``
@@ -131,14 +131,16 @@ def block_seed(seed: int, block: int) -> int:
 def sample_hf(
     model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling, seed: int, batch_size: int
 ) -> list[Completion]:
-    """Sample every prompt once with transformers ``generate``, torch seeded once with ``seed``.
+    """Sample every prompt once with ``hf_sampler.sample_batch``, torch seeded once with ``seed``.
 
     The prompts are walked in a fixed order (sorted by length, to waste little padding), so the
     result is a function of (checkpoint, prompts, seed, batch size). Prompts are left-padded
     because decoder-only generation continues from the last position. A response ends at the
-    first of ``stop_ids``.
+    first of ``stop_ids`` (which the response keeps, the text leaves out: they are special tokens).
     """
     import torch
+
+    from workflow_scripts.evaluate.hf_sampler import sample_batch
 
     encoded = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
     context = getattr(model.config, "max_position_embeddings", None)
@@ -163,24 +165,11 @@ def sample_hf(
             ids = encoded[i]
             input_ids[row, width - len(ids) :] = torch.tensor(ids)
             attention[row, width - len(ids) :] = 1
-        with torch.no_grad():
-            output = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                do_sample=True,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=0,
-                max_new_tokens=sampling.max_new_tokens,
-                pad_token_id=pad,
-                eos_token_id=stops,
-            )
-        for row, i in enumerate(batch):
-            new = output[row, width:].tolist()
-            end = next((k for k, token in enumerate(new) if token in stops), None)
-            finished = end is not None
-            if finished:
-                new = new[: end + 1]  # keep the stop token, drop the padding after it
+        responses = sample_batch(
+            model, input_ids, attention, sampling.temperature, sampling.top_p, sampling.max_new_tokens, stops
+        )
+        for i, new in zip(batch, responses, strict=True):
+            finished = new[-1] in stops
             text = tokenizer.decode(new, skip_special_tokens=True)
             completions[i] = Completion(text, len(new), "stop" if finished else "length")
     return [c for c in completions if c is not None]
