@@ -30,7 +30,6 @@ PRETRAIN = {
     "corpus_rows": {"main": 60, "Math": 30},
     "corpus_seed": 3,
     "steps": 4,
-    "length_group_batches": 2,
     "batch_size": 4,
     "sequence_length": 96,
     "lr": 3e-3,

@@ -117,28 +117,6 @@ def test_batch_plan_order():
         BatchPlan(num_rows=20, global_batch_size=8, micro_batch_size=3, seed=0, epochs=1)
 
 
-def test_length_grouped_batches_hold_rows_of_like_lengths_in_a_seeded_order():
-    """Every row once per epoch; batches of one group's sorted rows, padded far less than random ones."""
-    lengths = tuple(int(n) for n in np.random.default_rng(0).integers(20, 288, size=200))
-    plain = BatchPlan(200, 8, 8, seed=3, epochs=1)
-    grouped = BatchPlan(200, 8, 8, seed=3, epochs=1, lengths=lengths, length_group_batches=5)
-    order = grouped.epoch_order(0)
-    assert sorted(order) == list(range(200))
-    groups = [set(plain.epoch_order(0)[start : start + 40]) for start in range(0, 200, 40)]
-    for step in range(grouped.total_steps):
-        rows = grouped.micro_batches(step)[0]
-        assert any(set(rows) <= group for group in groups), "a batch holds rows of one group"
-
-    def padded(plan: BatchPlan) -> int:
-        return sum(8 * max(lengths[i] for i in plan.micro_batches(step)[0]) for step in range(25))
-
-    assert padded(grouped) < 0.75 * padded(plain)
-    assert np.array_equal(order, BatchPlan(200, 8, 8, 3, 1, lengths, 5).epoch_order(0))
-    assert not np.array_equal(order, BatchPlan(200, 8, 8, 4, 1, lengths, 5).epoch_order(0))
-    with pytest.raises(ValueError, match="200 row lengths"):
-        BatchPlan(200, 8, 8, seed=3, epochs=1, lengths=lengths[:10], length_group_batches=5)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "arch"), CASES)
 def test_intervention_runs(tokenizer, examples, name, arch):

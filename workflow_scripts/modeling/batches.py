@@ -113,22 +113,13 @@ def collate(examples: Sequence[Example], rows: np.ndarray, pad_token_id: int, la
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Which rows make up each optimizer step and its micro-batches (gradient accumulation).
-
-    With ``length_group_batches`` (pretraining only) an epoch's permutation is cut into groups of
-    that many global batches, each group's rows sorted by ``lengths`` and cut into batches whose
-    order within the group is shuffled: batches of like lengths waste little padding, and every
-    row still comes once per epoch in a seeded random place (HF's ``group_by_length`` with the
-    batches of a group shuffled, so that lengths do not fall through a group step by step).
-    """
+    """Which rows make up each optimizer step and its micro-batches (gradient accumulation)."""
 
     num_rows: int
     global_batch_size: int
     micro_batch_size: int
     seed: int
     epochs: int
-    lengths: tuple[int, ...] = ()
-    length_group_batches: int = 0
 
     def __post_init__(self) -> None:
         if self.num_rows <= 0:
@@ -138,10 +129,6 @@ class BatchPlan:
                 f"global_batch_size {self.global_batch_size} is not a multiple of "
                 f"micro_batch_size {self.micro_batch_size}"
             )
-        if self.length_group_batches and len(self.lengths) != self.num_rows:
-            raise ValueError(
-                f"length-grouped batches need {self.num_rows} row lengths, got {len(self.lengths)}"
-            )
 
     @property
     def total_steps(self) -> int:
@@ -149,19 +136,7 @@ class BatchPlan:
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The permutation of all rows for ``epoch``, from ``PCG64([seed, epoch])``."""
-        rng = np.random.Generator(np.random.PCG64([self.seed, epoch]))
-        order = rng.permutation(self.num_rows)
-        if not self.length_group_batches:
-            return order
-        lengths = np.asarray(self.lengths)
-        group, size = self.length_group_batches * self.global_batch_size, self.global_batch_size
-        batches = []
-        for start in range(0, self.num_rows, group):
-            rows = order[start : start + group]
-            rows = rows[np.argsort(lengths[rows], kind="stable")]
-            cut = [rows[i : i + size] for i in range(0, len(rows), size)]
-            batches.extend(cut[i] for i in rng.permutation(len(cut)))
-        return np.concatenate(batches)
+        return np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self.num_rows)
 
     def micro_batches(self, step: int) -> list[np.ndarray]:
         """Row indices of each micro-batch of optimizer step ``step`` (0-based) in the epoch stream."""

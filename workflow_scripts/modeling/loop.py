@@ -34,10 +34,7 @@ _CORRECTION_BIAS = "e_score_correction_bias"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings; ``max_steps`` (pretraining by steps) overrides ``epochs``.
-
-    ``length_group_batches``: batches of like lengths (``BatchPlan``), for pretraining.
-    """
+    """Optimisation settings; ``max_steps`` (pretraining by steps) overrides ``epochs``."""
 
     epochs: int
     global_batch_size: int
@@ -53,7 +50,6 @@ class TrainConfig:
     checkpoint_every_steps: int = 0
     max_steps: int | None = None
     progress_every: int = 10
-    length_group_batches: int = 0
 
 
 def learning_rate(step: int, total: int, warmup: int, lr_max: float, lr_min: float) -> float:
@@ -153,15 +149,7 @@ def train(
     epochs = config.epochs
     if config.max_steps is not None:  # enough epochs in the stream for max_steps full batches
         epochs = math.ceil(config.max_steps * config.global_batch_size / len(examples))
-    plan = BatchPlan(
-        len(examples),
-        config.global_batch_size,
-        config.micro_batch_size,
-        seed,
-        epochs,
-        tuple(len(e.input_ids) for e in examples) if config.length_group_batches else (),
-        config.length_group_batches,
-    )
+    plan = BatchPlan(len(examples), config.global_batch_size, config.micro_batch_size, seed, epochs)
     total = plan.total_steps if config.max_steps is None else config.max_steps
     gates = find_gates(model)
     _check_prior(prior, objective, len(examples), gates)

@@ -155,7 +155,6 @@ def _build_toy_base(args: argparse.Namespace, folder: Path) -> None:
         warmup_steps=settings["warmup_steps"],
         label_mode="all",
         max_steps=settings["steps"],
-        length_group_batches=settings["length_group_batches"],
     )
     objective = Objective.from_condition(
         {
