@@ -55,23 +55,23 @@ def sample_batch(
     position_ids = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
     live = torch.arange(input_ids.shape[0])  # the batch row of each row still decoding
     generated: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
-    sequences = input_ids
+    sequences, step_ids = input_ids, input_ids  # the prompts first, then each step's new tokens
     with torch.no_grad():
-        logits = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits
-        for step in range(max_new_tokens):
+        for _ in range(max_new_tokens):
+            logits = model(
+                input_ids=step_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
             scores = warpers(sequences, logits[:, -1].to(dtype=torch.float32))
             tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
             for row, token in zip(live.tolist(), tokens.tolist(), strict=True):
                 generated[row].append(token)
             going = ~torch.isin(tokens, stop_ids)
-            if step + 1 == max_new_tokens or not going.any():
+            if not going.any():
                 break
             if not going.all():
                 keep = going.nonzero().squeeze(1)
@@ -80,12 +80,5 @@ def sample_batch(
                 attention_mask, position_ids = attention_mask[keep], position_ids[keep]
             sequences = torch.cat([sequences, tokens[:, None]], dim=-1)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=-1)
-            position_ids = position_ids[:, -1:] + 1
-            logits = model(
-                input_ids=tokens[:, None],
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=cache,
-                use_cache=True,
-            ).logits
+            position_ids, step_ids = position_ids[:, -1:] + 1, tokens[:, None]
     return generated
