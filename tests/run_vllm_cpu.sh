@@ -12,4 +12,7 @@ if [ ! -x .venvs/eval/bin/python ]; then
 fi
 .venvs/eval/bin/pip install -q pytest==9.0.3
 export RPB_WRITER_PYTHON="${RPB_WRITER_PYTHON:-$PWD/.venv/bin/python}"
-PYTHONPATH="$PWD" .venvs/eval/bin/python -m pytest -q -m vllm tests/test_evaluate_vllm.py tests/test_evaluate_vllm_resume.py "$@"
+# The toy's sampler (evaluate/hf_sampler.py) also runs under this environment's transformers, whose
+# models take the KV cache by another keyword than training's do.
+PYTHONPATH="$PWD" .venvs/eval/bin/python -m pytest -q tests/test_evaluate_vllm.py \
+    tests/test_evaluate_vllm_resume.py tests/test_evaluate_hf_sampler.py "$@"

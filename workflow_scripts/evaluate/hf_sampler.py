@@ -14,10 +14,21 @@ take fewer random numbers), from the same distribution.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+
+def _cache_keyword(model: Any) -> str:
+    """The keyword ``model.forward`` takes its KV cache by.
+
+    transformers 5.24 (training's) names it ``cache`` and still takes ``past_key_values`` with a
+    deprecation warning; 5.19 (the evaluation environment's) knows only ``past_key_values`` and
+    would swallow ``cache`` into its ``**kwargs`` unused, so every step would see one token alone.
+    """
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _warpers(temperature: float, top_p: float) -> Any:
@@ -51,6 +62,7 @@ def sample_batch(
     warpers = _warpers(temperature, top_p)
     stop_ids = torch.tensor(list(stops), dtype=torch.long)
     cache = DynamicCache(config=model.config)
+    cache_argument = {_cache_keyword(model): cache}
     # As generate: positions count real tokens, padding's are 0 (its keys are masked out).
     position_ids = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
     live = torch.arange(input_ids.shape[0])  # the batch row of each row still decoding
@@ -62,7 +74,7 @@ def sample_batch(
                 input_ids=step_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                cache=cache,
+                **cache_argument,
                 use_cache=True,
                 logits_to_keep=1,
             ).logits
